@@ -1,0 +1,3 @@
+from streameval.cli import main
+
+raise SystemExit(main())

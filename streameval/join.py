@@ -1,0 +1,197 @@
+"""The join of engagement events to impressions, and the life of a query until it settles.
+
+Rules (SPEC section 2):
+
+- An event is attributed to the impression with its ``query_id`` when
+  ``imp.ts <= ev.ts <= imp.ts + horizon(ev.type)``; otherwise it is unattributed with the
+  reason ``before_impression`` or ``after_horizon`` and changes nothing.
+- Events are deduplicated first, by ``event_id`` or (query_id, item, type, ts); a duplicate
+  counts once. Impressions are deduplicated by ``query_id``: the first wins.
+- An event whose impression has not arrived is an orphan. It is held until its impression
+  arrives (then judged as above) or until the watermark passes ``ev.ts + orphan_ttl``: then it
+  is dropped as ``unknown_query``.
+- A query settles when the watermark passes ``imp.ts + max horizon``; its values are final and
+  its state is freed. Its id and time are remembered (a tombstone), so a later event for it is
+  still judged by event time: ``before_impression``, ``after_horizon``, or -- when it would have
+  counted but arrived too late -- ``late``.
+
+The daemon remembers tombstones and dedup keys for a bounded time (one max horizon plus
+``orphan_ttl`` past the event or settling). ``replay`` passes ``remember_until_end=True``: it
+keeps them, and holds orphans, until the input ends, so its answer is the batch definition of
+SPEC sections 2-3 however far apart related records are.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Hashable
+from typing import Protocol
+
+from streameval.config import Settings
+from streameval.records import Engagement, Impression
+from streameval.scoring import QueryScore, Scorer
+
+UNATTRIBUTED_REASONS = ("before_impression", "after_horizon", "unknown_query", "late")
+
+
+class OpenQuery:
+    """A query whose values may still change."""
+
+    __slots__ = ("query_id", "ts", "group", "score", "n_relevant", "values")
+
+    def __init__(self, query_id: str, ts: float, group: Hashable, score: QueryScore) -> None:
+        self.query_id = query_id
+        self.ts = ts
+        self.group = group
+        self.score = score
+        self.n_relevant = 0
+        self.values: tuple[float, ...] | None = None
+
+
+class JoinSink(Protocol):
+    """What the join tells the pipeline."""
+
+    def opened(self, query: OpenQuery) -> None: ...
+
+    def changed(
+        self, query: OpenQuery, old_n_relevant: int, old_values: tuple[float, ...] | None
+    ) -> None: ...
+
+    def settled(self, query: OpenQuery) -> None: ...
+
+    def unattributed(self, reason: str) -> None: ...
+
+    def duplicate(self, kind: str) -> None: ...
+
+    def attributed(self) -> None: ...
+
+
+class Joiner:
+    """Per-query state: open queries, orphans, tombstones, dedup keys; settling by watermark."""
+
+    def __init__(
+        self, settings: Settings, scorer: Scorer, sink: JoinSink, remember_until_end: bool = False
+    ) -> None:
+        self.settings = settings
+        self.scorer = scorer
+        self.sink = sink
+        self.remember_until_end = remember_until_end
+        self.max_horizon = settings.max_horizon
+        self.retention = settings.max_horizon + settings.orphan_ttl
+        self.open: dict[str, OpenQuery] = {}
+        self.tombstones: dict[str, float] = {}
+        self.orphans: dict[str, list[Engagement]] = {}
+        self.orphan_count = 0
+        self.seen: set[Hashable] = set()
+        self._seq = itertools.count()
+        self._settle_at: list[tuple[float, int, str]] = []
+        self._orphan_expiry: list[tuple[float, int, Engagement]] = []
+        self._tombstone_expiry: list[tuple[float, int, str]] = []
+        self._seen_expiry: list[tuple[float, int, Hashable]] = []
+
+    # --- records -------------------------------------------------------------------------------
+
+    def impression(self, imp: Impression, group: Hashable, watermark: float) -> None:
+        """Open a query (unless its id is known: then it is a duplicate) and claim its orphans."""
+        if imp.query_id in self.open or imp.query_id in self.tombstones:
+            self.sink.duplicate("impressions")
+            return
+        query = OpenQuery(imp.query_id, imp.ts, group, self.scorer.new(imp.items))
+        self.open[imp.query_id] = query
+        heapq.heappush(self._settle_at, (imp.ts + self.max_horizon, next(self._seq), imp.query_id))
+        self.sink.opened(query)
+        waiting = self.orphans.pop(imp.query_id, None)
+        if waiting:
+            self.orphan_count -= len(waiting)
+            for event in waiting:
+                self._judge(query, event)
+
+    def event(self, ev: Engagement, watermark: float) -> None:
+        """Deduplicate, then attribute, hold as an orphan, or count as unattributed."""
+        key = ev.dedup_key
+        if key in self.seen:
+            self.sink.duplicate("events")
+            return
+        self.seen.add(key)
+        if not self.remember_until_end:
+            heapq.heappush(self._seen_expiry, (ev.ts + self.retention, next(self._seq), key))
+        query = self.open.get(ev.query_id)
+        if query is not None:
+            self._judge(query, ev)
+            return
+        imp_ts = self.tombstones.get(ev.query_id)
+        if imp_ts is not None:
+            self.sink.unattributed(self._misfit(imp_ts, ev) or "late")
+            return
+        deadline = ev.ts + self.settings.orphan_ttl
+        if not self.remember_until_end:
+            if deadline < watermark:
+                self.sink.unattributed("unknown_query")
+                return
+            heapq.heappush(self._orphan_expiry, (deadline, next(self._seq), ev))
+        self.orphans.setdefault(ev.query_id, []).append(ev)
+        self.orphan_count += 1
+
+    def _misfit(self, imp_ts: float, ev: Engagement) -> str | None:
+        """Why ``ev`` cannot be attributed to an impression at ``imp_ts``, or None if it can."""
+        if ev.ts < imp_ts:
+            return "before_impression"
+        if ev.ts > imp_ts + self.settings.horizon_for(ev.type):
+            return "after_horizon"
+        return None
+
+    def _judge(self, query: OpenQuery, ev: Engagement) -> None:
+        reason = self._misfit(query.ts, ev)
+        if reason is not None:
+            self.sink.unattributed(reason)
+            return
+        self.sink.attributed()
+        if self.scorer.add_grade(query.score, ev.item, self.settings.grades[ev.type]):
+            old_n, old_values = query.n_relevant, query.values
+            query.n_relevant = query.score.n_relevant
+            query.values = self.scorer.values(query.score)
+            self.sink.changed(query, old_n, old_values)
+
+    # --- time ----------------------------------------------------------------------------------
+
+    def advance(self, watermark: float) -> None:
+        """Settle queries, expire orphans and forget old tombstones and keys the watermark passed."""
+        settle_at = self._settle_at
+        while settle_at and settle_at[0][0] < watermark:
+            deadline, _, query_id = heapq.heappop(settle_at)
+            query = self.open.pop(query_id, None)
+            if query is None:
+                continue
+            self.tombstones[query_id] = query.ts
+            if not self.remember_until_end:
+                heapq.heappush(
+                    self._tombstone_expiry, (deadline + self.retention, next(self._seq), query_id)
+                )
+            self.sink.settled(query)
+        if self.remember_until_end:
+            if math.isinf(watermark) and watermark > 0:
+                self._drop_all_orphans()
+            return
+        expiry = self._orphan_expiry
+        while expiry and expiry[0][0] < watermark:
+            event = heapq.heappop(expiry)[2]
+            waiting = self.orphans.get(event.query_id)
+            if waiting is not None and any(e is event for e in waiting):
+                waiting.remove(event)
+                if not waiting:
+                    del self.orphans[event.query_id]
+                self.orphan_count -= 1
+                self.sink.unattributed("unknown_query")
+        while self._tombstone_expiry and self._tombstone_expiry[0][0] < watermark:
+            self.tombstones.pop(heapq.heappop(self._tombstone_expiry)[2], None)
+        while self._seen_expiry and self._seen_expiry[0][0] < watermark:
+            self.seen.discard(heapq.heappop(self._seen_expiry)[2])
+
+    def _drop_all_orphans(self) -> None:
+        for waiting in self.orphans.values():
+            for _ in waiting:
+                self.sink.unattributed("unknown_query")
+        self.orphans.clear()
+        self.orphan_count = 0

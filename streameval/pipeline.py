@@ -1,0 +1,193 @@
+"""Records -> join -> scoring -> windows, with every counter. No I/O: the daemon and ``replay``
+feed it bytes (or decoded records) and read :meth:`Pipeline.snapshot`.
+
+Processing one record: decode (a bad one is counted and handed back to the caller for the
+dead-letter topic), apply it to the join, then let the watermark advance, which settles queries
+and expires orphans. Settled queries go into the cumulative totals and the sliding windows;
+open ones are summed as the provisional view.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+from streameval.clock import Watermark
+from streameval.config import Settings
+from streameval.join import Joiner, OpenQuery
+from streameval.records import (
+    Engagement,
+    Impression,
+    Rejection,
+    decode_event,
+    decode_impression,
+)
+from streameval.scoring import Scorer, ScoringParams, Sums
+from streameval.windows import WindowedSums
+
+OTHER_GROUP = "__other__"
+
+
+@dataclass
+class Counters:
+    """Everything counted about the input, cumulative."""
+
+    consumed: Counter[str] = field(default_factory=Counter)  # topic -> records read
+    rejected: Counter[tuple[str, str]] = field(default_factory=Counter)  # (topic, reason)
+    unattributed: Counter[str] = field(default_factory=Counter)  # reason
+    duplicates: Counter[str] = field(default_factory=Counter)  # "impressions" / "events"
+    attributed: int = 0
+    groups_folded: int = 0  # impressions whose group was folded into __other__
+
+
+@dataclass
+class Snapshot:
+    """A consistent read of the pipeline for exporters and reports."""
+
+    watermark: float
+    frontier: float
+    windows: dict[str, dict[Hashable, Sums]]
+    settled: dict[Hashable, Sums]
+    provisional: dict[Hashable, Sums]
+    open_queries: int
+    orphans_held: int
+    counters: Counters
+
+
+class Pipeline:
+    """The whole evaluation, fed one record at a time."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        wall_clock: Callable[[], float] | None = None,
+        remember_until_end: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.metrics = settings.metrics
+        self.scorer = Scorer(
+            ScoringParams(
+                metrics=settings.metrics,
+                ap_denominator=settings.ap_denominator,
+                ndcg_gain=settings.ndcg_gain,
+                min_grade=settings.min_grade,
+                unshown_items=settings.unshown_items,
+            )
+        )
+        self.watermark = Watermark(settings.allowed_lateness, wall_clock)
+        self.joiner = Joiner(settings, self.scorer, self, remember_until_end)
+        self.windows = WindowedSums(settings.windows, len(settings.metrics))
+        self.counters = Counters()
+        self.settled_totals: dict[Hashable, Sums] = {}
+        self.provisional: dict[Hashable, Sums] = {}
+        self._groups: set[tuple[str, ...]] = set()
+        self._other = (OTHER_GROUP,) * len(settings.group_by)
+
+    # --- input ---------------------------------------------------------------------------------
+
+    def decode_impression(self, raw: bytes | str, topic: str) -> Impression | Rejection:
+        """Decode one impression, counting it as consumed (and as rejected, if bad)."""
+        self.counters.consumed[topic] += 1
+        record = decode_impression(raw, self.settings.group_by)
+        if isinstance(record, Rejection):
+            self.counters.rejected[(topic, record.reason)] += 1
+        return record
+
+    def decode_event(self, raw: bytes | str, topic: str) -> Engagement | Rejection:
+        """Decode one engagement event, counting it as consumed (and as rejected, if bad)."""
+        self.counters.consumed[topic] += 1
+        record = decode_event(raw, self.settings.grades, self.settings.topic_types.get(topic))
+        if isinstance(record, Rejection):
+            self.counters.rejected[(topic, record.reason)] += 1
+        return record
+
+    def ingest(self, raw: bytes | str, topic: str, is_impression: bool) -> Rejection | None:
+        """Decode and process one record; a bad one is counted and its Rejection returned."""
+        record = (
+            self.decode_impression(raw, topic) if is_impression else self.decode_event(raw, topic)
+        )
+        if isinstance(record, Rejection):
+            return record
+        self.process(record)
+        return None
+
+    def process(self, record: Impression | Engagement) -> None:
+        """Apply one decoded record, then advance the watermark to it."""
+        if isinstance(record, Impression):
+            self.joiner.impression(record, self._group(record.group), self.watermark.value)
+        else:
+            self.joiner.event(record, self.watermark.value)
+        self._advance(self.watermark.observe(record.ts))
+
+    def tick(self) -> None:
+        """Input is quiet: let the watermark advance with the wall clock."""
+        self._advance(self.watermark.idle())
+
+    def finish(self) -> None:
+        """End of input: everything settles and every orphan left is ``unknown_query``."""
+        self._advance(self.watermark.finish())
+
+    def _advance(self, watermark: float) -> None:
+        self.joiner.advance(watermark)
+        if not math.isinf(watermark):
+            self.windows.advance(watermark - self.joiner.max_horizon)
+
+    def _group(self, labels: tuple[str, ...]) -> tuple[str, ...]:
+        if labels in self._groups:
+            return labels
+        if len(self._groups) < self.settings.max_groups:
+            self._groups.add(labels)
+            return labels
+        self.counters.groups_folded += 1
+        return self._other
+
+    # --- JoinSink ------------------------------------------------------------------------------
+
+    def _sums(self, table: dict[Hashable, Sums], group: Hashable) -> Sums:
+        sums = table.get(group)
+        if sums is None:
+            sums = table[group] = Sums(len(self.metrics))
+        return sums
+
+    def opened(self, query: OpenQuery) -> None:
+        self._sums(self.provisional, query.group).add(0, None)
+
+    def changed(
+        self, query: OpenQuery, old_n_relevant: int, old_values: tuple[float, ...] | None
+    ) -> None:
+        sums = self._sums(self.provisional, query.group)
+        sums.add(old_n_relevant, old_values, -1)
+        sums.add(query.n_relevant, query.values)
+
+    def settled(self, query: OpenQuery) -> None:
+        provisional = self._sums(self.provisional, query.group)
+        provisional.add(query.n_relevant, query.values, -1)
+        provisional.reset_if_empty()
+        self._sums(self.settled_totals, query.group).add(query.n_relevant, query.values)
+        self.windows.add(query.ts, query.group, query.n_relevant, query.values)
+
+    def unattributed(self, reason: str) -> None:
+        self.counters.unattributed[reason] += 1
+
+    def duplicate(self, kind: str) -> None:
+        self.counters.duplicates[kind] += 1
+
+    def attributed(self) -> None:
+        self.counters.attributed += 1
+
+    # --- output --------------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """Copies of every aggregate, safe to read while the pipeline goes on."""
+        return Snapshot(
+            watermark=self.watermark.value,
+            frontier=self.windows.frontier,
+            windows=self.windows.snapshot(),
+            settled={g: s.copy() for g, s in self.settled_totals.items()},
+            provisional={g: s.copy() for g, s in self.provisional.items()},
+            open_queries=len(self.joiner.open),
+            orphans_held=self.joiner.orphan_count,
+            counters=self.counters,
+        )

@@ -1,0 +1,178 @@
+"""Bytes -> :class:`Impression` or :class:`Engagement`, or a :class:`Rejection` with a reason.
+
+Decoding never raises on bad input. Rejection reasons (the ``reason`` label of
+``streameval_records_rejected_total`` and the ``rejected`` object of ``replay``):
+
+- ``not_json``: the bytes are not JSON (or not UTF-8);
+- ``not_object``: JSON, but not an object;
+- ``missing_field``: a required field is absent (or ``null``);
+- ``wrong_type``: a field has the wrong type, or a ``ts`` string is not an RFC 3339 time,
+  or a number is not finite;
+- ``unknown_event_type``: an event's type has no grade in the ``grades`` config;
+- ``empty_items``: an impression's ``items`` list is empty.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+REJECT_REASONS = (
+    "not_json",
+    "not_object",
+    "missing_field",
+    "wrong_type",
+    "unknown_event_type",
+    "empty_items",
+)
+UNKNOWN_GROUP = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Impression:
+    """One served ranking ("query"). ``items`` are strings, rank 1 first."""
+
+    query_id: str
+    ts: float
+    items: tuple[str, ...]
+    group: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Engagement:
+    """A click, purchase or other graded event on one item of one query."""
+
+    query_id: str
+    item: str
+    type: str
+    ts: float
+    event_id: str | None
+
+    @property
+    def dedup_key(self) -> tuple[str, ...] | str:
+        """``event_id`` when given, else (query_id, item, type, ts)."""
+        if self.event_id is not None:
+            return self.event_id
+        return (self.query_id, self.item, self.type, repr(self.ts))
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why a record was rejected: a reason code from REJECT_REASONS and a human detail."""
+
+    reason: str
+    detail: str
+
+
+class _Bad(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+def parse_ts(value: Any, name: str = "ts") -> float:
+    """Unix seconds from a number or an RFC 3339 string (no offset is read as UTC)."""
+    if isinstance(value, bool):
+        raise _Bad("wrong_type", f"{name} is a boolean, not a number or RFC 3339 string")
+    if isinstance(value, int | float):
+        seconds = float(value)
+        if not math.isfinite(seconds):
+            raise _Bad("wrong_type", f"{name} is not a finite number")
+        return seconds
+    if isinstance(value, str):
+        text = value.strip()
+        if text[-1:] in ("z", "Z"):
+            text = text[:-1] + "+00:00"
+        try:
+            moment = datetime.fromisoformat(text)
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=UTC)
+            return moment.timestamp()
+        except (ValueError, OverflowError):
+            raise _Bad("wrong_type", f"{name} {value!r} is not an RFC 3339 time") from None
+    raise _Bad("wrong_type", f"{name} is {type(value).__name__}, not a number or RFC 3339 string")
+
+
+def _load(raw: bytes | str) -> dict[str, Any]:
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise _Bad("not_json", f"not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise _Bad("not_object", f"JSON {type(obj).__name__}, not an object")
+    return obj
+
+
+def _required(obj: Mapping[str, Any], name: str) -> Any:
+    value = obj.get(name)
+    if value is None:
+        raise _Bad("missing_field", f"required field {name!r} is missing")
+    return value
+
+
+def _string(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise _Bad("wrong_type", f"{name} is {type(value).__name__}, not a string")
+    return value
+
+
+def _item_id(value: Any, name: str) -> str:
+    """Item ids are strings or integers; integers are normalised (5 and "5" are one item)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise _Bad("wrong_type", f"{name} is {type(value).__name__}, not a string or integer")
+
+
+def decode_impression(raw: bytes | str, group_by: Collection[str]) -> Impression | Rejection:
+    """Decode one impression record. Group fields that are absent or null become ``unknown``."""
+    try:
+        obj = _load(raw)
+        query_id = _string(_required(obj, "query_id"), "query_id")
+        ts = parse_ts(_required(obj, "ts"))
+        items = _required(obj, "items")
+        if not isinstance(items, list):
+            raise _Bad("wrong_type", f"items is {type(items).__name__}, not an array")
+        if not items:
+            raise _Bad("empty_items", "items is an empty list")
+        ids = tuple(_item_id(item, f"items[{i}]") for i, item in enumerate(items))
+        group = []
+        for name in group_by:
+            value = obj.get(name)
+            group.append(UNKNOWN_GROUP if value is None else _string(value, name))
+    except _Bad as bad:
+        return Rejection(bad.reason, bad.detail)
+    return Impression(query_id, ts, ids, tuple(group))
+
+
+def decode_event(
+    raw: bytes | str, grades: Mapping[str, float], default_type: str | None = None
+) -> Engagement | Rejection:
+    """Decode one engagement event; ``default_type`` is the type its topic maps to, if any."""
+    try:
+        obj = _load(raw)
+        query_id = _string(_required(obj, "query_id"), "query_id")
+        item = _item_id(_required(obj, "item"), "item")
+        raw_type = obj.get("type")
+        if raw_type is None and default_type is not None:
+            raw_type = default_type
+        event_type = _string(_required({"type": raw_type}, "type"), "type")
+        ts = parse_ts(_required(obj, "ts"))
+        event_id = obj.get("event_id")
+        if event_id is not None:
+            event_id = _string(event_id, "event_id")
+        if event_type not in grades:
+            raise _Bad(
+                "unknown_event_type",
+                f"event type {event_type!r} has no grade (known: {', '.join(sorted(grades))})",
+            )
+    except _Bad as bad:
+        return Rejection(bad.reason, bad.detail)
+    return Engagement(query_id, item, event_type, ts, event_id)

@@ -1,0 +1,87 @@
+"""Aggregatable parts of a set of queries: counts, sums and sums of squares per metric.
+
+Per query the contribution of each metric is its value when |G| > 0 and 0 otherwise, so the
+sums are the same under both ``no_relevant`` policies; only the mean's denominator differs:
+
+- ``skip`` (default): mean = sum / queries_with_relevant;
+- ``zero``: mean = sum / queries;
+- ``wmap@k`` in either policy: sum_q |G_q| AP_q / sum_q |G_q| (``relevant_items``).
+
+The mean is None when its denominator is 0 ("no query counts").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from streameval.scoring.spec import MetricSpec
+
+
+class Sums:
+    """queries, queries_with_relevant, relevant_items, and per metric a sum and sum of squares."""
+
+    __slots__ = ("queries", "with_relevant", "relevant_items", "sums", "squares")
+
+    def __init__(self, n_metrics: int) -> None:
+        self.queries = 0
+        self.with_relevant = 0
+        self.relevant_items = 0
+        self.sums = [0.0] * n_metrics
+        self.squares = [0.0] * n_metrics
+
+    def add(self, n_relevant: int, values: Sequence[float] | None, sign: int = 1) -> None:
+        """Add (sign=1) or remove (sign=-1) one query's contribution."""
+        self.queries += sign
+        if values is None:
+            return
+        self.with_relevant += sign
+        self.relevant_items += sign * n_relevant
+        for i, value in enumerate(values):
+            self.sums[i] += sign * value
+            self.squares[i] += sign * value * value
+
+    def merge(self, other: Sums) -> None:
+        """Add every part of ``other``."""
+        self.queries += other.queries
+        self.with_relevant += other.with_relevant
+        self.relevant_items += other.relevant_items
+        for i in range(len(self.sums)):
+            self.sums[i] += other.sums[i]
+            self.squares[i] += other.squares[i]
+
+    def copy(self) -> Sums:
+        """An independent copy."""
+        other = Sums(0)
+        other.queries, other.with_relevant = self.queries, self.with_relevant
+        other.relevant_items = self.relevant_items
+        other.sums, other.squares = list(self.sums), list(self.squares)
+        return other
+
+    def reset_if_empty(self) -> None:
+        """Zero the float sums exactly when no query is left, so add/remove leaves no residue."""
+        if self.queries == 0:
+            self.with_relevant = self.relevant_items = 0
+            self.sums = [0.0] * len(self.sums)
+            self.squares = [0.0] * len(self.squares)
+
+    def means(self, metrics: Sequence[MetricSpec], no_relevant: str) -> list[float | None]:
+        """The mean of each metric (MAP, mean NDCG, ...), None where no query counts."""
+        out: list[float | None] = []
+        for i, metric in enumerate(metrics):
+            if metric.name == "wmap":
+                count = self.relevant_items
+            else:
+                count = self.with_relevant if no_relevant == "skip" else self.queries
+            out.append(self.sums[i] / count if count else None)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {slot: getattr(self, slot) for slot in self.__slots__}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Sums:
+        sums = cls(len(data["sums"]))
+        for slot in cls.__slots__:
+            setattr(sums, slot, data[slot])
+        return sums

@@ -1,0 +1,83 @@
+"""Sliding event-time windows of settled queries, bucketed by impression time.
+
+Window ``w`` holds the settled queries with ``F - w < imp.ts <= F``, where F is the settled
+frontier ``watermark - max horizon``. Each window keeps buckets of :class:`Sums` per group at a
+resolution of w/60, so memory is bounded (61 buckets per window and group) and a snapshot sums
+at most 61 buckets; adding a query touches one bucket per window. The lower edge of a window is
+exact to one bucket: a bucket is in the window while any part of it is after ``F - w``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+
+from streameval.config import Window
+from streameval.scoring import Sums
+
+BUCKETS_PER_WINDOW = 60
+
+
+class _Ring:
+    """One window's buckets: bucket index -> group -> Sums."""
+
+    def __init__(self, window: Window) -> None:
+        self.window = window
+        self.resolution = window.seconds / BUCKETS_PER_WINDOW
+        self.buckets: dict[int, dict[Hashable, Sums]] = {}
+
+    def first_live_bucket(self, frontier: float) -> float:
+        """Buckets with an index below this are entirely at or before ``frontier - w``."""
+        if math.isinf(frontier):
+            return -math.inf if frontier < 0 else math.inf
+        return math.floor((frontier - self.window.seconds) / self.resolution)
+
+    def evict(self, frontier: float) -> None:
+        low = self.first_live_bucket(frontier)
+        for index in [i for i in self.buckets if i < low]:
+            del self.buckets[index]
+
+
+class WindowedSums:
+    """Settled-query sums per window and group."""
+
+    def __init__(self, windows: Sequence[Window], n_metrics: int) -> None:
+        self.rings = [_Ring(w) for w in windows]
+        self.n_metrics = n_metrics
+        self.frontier = -math.inf
+
+    def add(
+        self, imp_ts: float, group: Hashable, n_relevant: int, values: Sequence[float] | None
+    ) -> None:
+        """Add one settled query (imp_ts <= frontier) to every window that still covers it."""
+        for ring in self.rings:
+            index = math.floor(imp_ts / ring.resolution)
+            if index < ring.first_live_bucket(self.frontier):
+                continue
+            groups = ring.buckets.setdefault(index, {})
+            sums = groups.get(group)
+            if sums is None:
+                sums = groups[group] = Sums(self.n_metrics)
+            sums.add(n_relevant, values)
+
+    def advance(self, frontier: float) -> None:
+        """Move the settled frontier forward (never back) and drop buckets that left every window."""
+        if frontier <= self.frontier:
+            return
+        self.frontier = frontier
+        for ring in self.rings:
+            ring.evict(frontier)
+
+    def snapshot(self) -> dict[str, dict[Hashable, Sums]]:
+        """Window name -> group -> Sums over the window's live buckets."""
+        out: dict[str, dict[Hashable, Sums]] = {}
+        for ring in self.rings:
+            per_group: dict[Hashable, Sums] = {}
+            for groups in ring.buckets.values():
+                for group, sums in groups.items():
+                    total = per_group.get(group)
+                    if total is None:
+                        total = per_group[group] = Sums(self.n_metrics)
+                    total.merge(sums)
+            out[ring.window.name] = per_group
+        return out
