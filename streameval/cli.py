@@ -40,15 +40,17 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
         metavar="TOPIC",
         help="an engagement topic (repeatable; replaces events_topics)",
     )
-    group.add_argument("--grades", dest="cfg_grades", metavar="TABLE", help='e.g. "{click = 1, purchase = 2}"')
-    group.add_argument("--horizons", dest="cfg_horizons", metavar="TABLE", help='e.g. "{purchase = \\"24h\\"}"')
+    group.add_argument(
+        "--grades", dest="cfg_grades", metavar="TABLE", help='e.g. "{click = 1, purchase = 2}"'
+    )
+    group.add_argument(
+        "--horizons", dest="cfg_horizons", metavar="TABLE", help='e.g. "{purchase = \\"24h\\"}"'
+    )
 
 
 def _settings(args: argparse.Namespace) -> Settings:
     flags: dict[str, Any] = {
-        name[4:]: value
-        for name, value in vars(args).items()
-        if name.startswith("cfg_") and value is not None
+        name[4:]: value for name, value in vars(args).items() if name.startswith("cfg_") and value is not None
     }
     return load_settings(args.config, os.environ, flags)
 

@@ -100,7 +100,11 @@ class Settings:
     unshown_items: str = "count"
     group_by: tuple[str, ...] = ("model", "surface")
     max_groups: int = 1000
-    windows: tuple[Window, ...] = (Window("5m", 300.0), Window("1h", 3600.0), Window("24h", 86400.0))
+    windows: tuple[Window, ...] = (
+        Window("5m", 300.0),
+        Window("1h", 3600.0),
+        Window("24h", 86400.0),
+    )
     allowed_lateness: float = 10.0
     orphan_ttl: float = 300.0
 
@@ -176,7 +180,7 @@ def _number(value: Any) -> float:
 def _metrics(value: Any) -> tuple[MetricSpec, ...]:
     specs = [MetricSpec.parse(_string(v)) for v in _split_list(value)]
     if not specs:
-        raise ValueError("needs at least one metric, e.g. [\"map@10\"]")
+        raise ValueError('needs at least one metric, e.g. ["map@10"]')
     if len(set(specs)) != len(specs):
         raise ValueError("lists a metric twice")
     return tuple(specs)
@@ -190,7 +194,7 @@ def _grades(value: Any) -> Mapping[str, float]:
 
 def _durations_table(value: Any) -> Mapping[str, float]:
     if not isinstance(value, Mapping):
-        raise ValueError("must be a table of event type to duration, e.g. {purchase = \"24h\"}")
+        raise ValueError('must be a table of event type to duration, e.g. {purchase = "24h"}')
     return MappingProxyType({_string(k): parse_duration(v) for k, v in value.items()})
 
 
@@ -212,9 +216,10 @@ def _windows(value: Any) -> tuple[Window, ...]:
         seconds = parse_duration(item)
         if seconds <= 0:
             raise ValueError(f"window {item!r} must be longer than zero")
-        windows.append(Window(format_duration(seconds), seconds))
+        name = item.strip() if isinstance(item, str) else format_duration(seconds)
+        windows.append(Window(name, seconds))
     if not windows:
-        raise ValueError("needs at least one window, e.g. [\"1h\"]")
+        raise ValueError('needs at least one window, e.g. ["1h"]')
     if len({w.seconds for w in windows}) != len(windows):
         raise ValueError("lists a window twice")
     return tuple(windows)
@@ -236,7 +241,7 @@ def _events_topics(value: Any) -> tuple[tuple[str, ...], Mapping[str, str]]:
 
 def _kafka_table(value: Any) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise ValueError("must be a table, e.g. [kafka] security_protocol = \"SASL_SSL\"")
+        raise ValueError('must be a table, e.g. [kafka] security_protocol = "SASL_SSL"')
     for key in value:
         if not isinstance(key, str) or not _LABEL_RE.match(key):
             raise ValueError(f"{key!r} is not a kafka-python setting name")

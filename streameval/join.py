@@ -166,9 +166,7 @@ class Joiner:
                 continue
             self.tombstones[query_id] = query.ts
             if not self.remember_until_end:
-                heapq.heappush(
-                    self._tombstone_expiry, (deadline + self.retention, next(self._seq), query_id)
-                )
+                heapq.heappush(self._tombstone_expiry, (deadline + self.retention, next(self._seq), query_id))
             self.sink.settled(query)
         if self.remember_until_end:
             if math.isinf(watermark) and watermark > 0:

@@ -105,9 +105,7 @@ class Pipeline:
 
     def ingest(self, raw: bytes | str, topic: str, is_impression: bool) -> Rejection | None:
         """Decode and process one record; a bad one is counted and its Rejection returned."""
-        record = (
-            self.decode_impression(raw, topic) if is_impression else self.decode_event(raw, topic)
-        )
+        record = self.decode_impression(raw, topic) if is_impression else self.decode_event(raw, topic)
         if isinstance(record, Rejection):
             return record
         self.process(record)
@@ -154,9 +152,7 @@ class Pipeline:
     def opened(self, query: OpenQuery) -> None:
         self._sums(self.provisional, query.group).add(0, None)
 
-    def changed(
-        self, query: OpenQuery, old_n_relevant: int, old_values: tuple[float, ...] | None
-    ) -> None:
+    def changed(self, query: OpenQuery, old_n_relevant: int, old_values: tuple[float, ...] | None) -> None:
         sums = self._sums(self.provisional, query.group)
         sums.add(old_n_relevant, old_values, -1)
         sums.add(query.n_relevant, query.values)

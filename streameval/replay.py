@@ -74,9 +74,9 @@ def run_replay(
     records: list[Impression | Engagement] = []
     read = 0
     for raw in _lines(impressions):
-        record = pipeline.decode_impression(raw, settings.impressions_topic)
-        if not isinstance(record, Rejection):
-            records.append(record)
+        impression = pipeline.decode_impression(raw, settings.impressions_topic)
+        if not isinstance(impression, Rejection):
+            records.append(impression)
         read += 1
         progress.update("read", read)
     for path in events:
@@ -152,7 +152,10 @@ def format_table(report: dict[str, Any], metric_names: Sequence[str]) -> str:
     table = [[headers.get(c, c) for c in columns]] + [[cell(r[c]) for c in columns] for r in rows]
     widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     lines = [
-        "  ".join(text.ljust(w) if i == 0 else text.rjust(w) for i, (text, w) in enumerate(zip(line, widths, strict=True)))
+        "  ".join(
+            text.ljust(w) if i == 0 else text.rjust(w)
+            for i, (text, w) in enumerate(zip(line, widths, strict=True))
+        )
         for line in table
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -46,9 +46,7 @@ class WindowedSums:
         self.n_metrics = n_metrics
         self.frontier = -math.inf
 
-    def add(
-        self, imp_ts: float, group: Hashable, n_relevant: int, values: Sequence[float] | None
-    ) -> None:
+    def add(self, imp_ts: float, group: Hashable, n_relevant: int, values: Sequence[float] | None) -> None:
         """Add one settled query (imp_ts <= frontier) to every window that still covers it."""
         for ring in self.rings:
             index = math.floor(imp_ts / ring.resolution)

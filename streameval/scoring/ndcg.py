@@ -37,9 +37,7 @@ def ideal_dcg(grades_ascending: Sequence[float], k: int, kind: str) -> float:
     return total
 
 
-def ndcg(
-    ranked: Sequence[str], relevant: Mapping[str, float], k: int, kind: str = "exp"
-) -> float | None:
+def ndcg(ranked: Sequence[str], relevant: Mapping[str, float], k: int, kind: str = "exp") -> float | None:
     """NDCG@k from scratch. ``relevant`` is G (item -> grade)."""
     if not relevant:
         return None

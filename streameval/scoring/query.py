@@ -93,7 +93,7 @@ class Scorer:
         if rank is None and p.unshown_items == "ignore":
             return False
         was_relevant = old is not None and old >= p.min_grade
-        if was_relevant:
+        if old is not None and was_relevant:
             del state.ideal[bisect.bisect_left(state.ideal, old)]
         bisect.insort(state.ideal, grade)
         if rank is None:
@@ -145,8 +145,7 @@ class Scorer:
         return {
             item: g
             for item, g in grades.items()
-            if g >= self.params.min_grade
-            and (self.params.unshown_items == "count" or item in shown)
+            if g >= self.params.min_grade and (self.params.unshown_items == "count" or item in shown)
         }
 
     def values_from_scratch(

@@ -1,0 +1,116 @@
+"""The command line as a user runs it: exit codes, messages without tracebacks, both formats."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.logs import random_log
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def streameval(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "streameval", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+    )
+
+
+def test_replay_shipped_example_json() -> None:
+    out = streameval(
+        "replay",
+        "--impressions",
+        "examples/impressions.jsonl",
+        "--events",
+        "examples/clicks.jsonl",
+        "--events",
+        "examples/purchases.jsonl",
+        "--format",
+        "json",
+    )
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert set(report) == {"overall", "groups", "inputs"}
+    assert set(report["inputs"]) == {"records", "rejected", "unattributed", "duplicates"}
+    assert {"queries", "queries_with_relevant", "map@10", "ndcg@10", "recall@10", "mrr@10"} <= set(
+        report["overall"]
+    )
+    assert all(set(g["labels"]) == {"model", "surface"} for g in report["groups"])
+
+
+def test_replay_table(tmp_path) -> None:
+    imps, evs = random_log(random.Random(1)).write(tmp_path)
+    out = streameval("replay", "--impressions", str(imps), "--events", str(evs))
+    assert out.returncode == 0, out.stderr
+    assert "map@10" in out.stdout and "(all)" in out.stdout and "rejected:" in out.stdout
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--impressions", "nope.jsonl", "--events", "examples/clicks.jsonl"], "nope.jsonl"),
+        (["--impressions", "examples", "--events", "examples/clicks.jsonl"], "examples"),
+        (
+            [
+                "--impressions",
+                "examples/impressions.jsonl",
+                "--events",
+                "examples/clicks.jsonl",
+                "--ap-denominator",
+                "x",
+            ],
+            "ap_denominator",
+        ),
+        (
+            [
+                "--impressions",
+                "examples/impressions.jsonl",
+                "--events",
+                "examples/clicks.jsonl",
+                "--config",
+                "nope.toml",
+            ],
+            "nope.toml",
+        ),
+    ],
+)
+def test_errors_are_one_line_without_traceback(args, needle) -> None:
+    out = streameval("replay", *args)
+    assert out.returncode == 2
+    assert needle in out.stderr and "Traceback" not in out.stderr
+
+
+def test_env_config_error_names_the_variable() -> None:
+    import os
+
+    out = streameval(
+        "replay",
+        "--impressions",
+        "examples/impressions.jsonl",
+        "--events",
+        "examples/clicks.jsonl",
+        env={**os.environ, "STREAMEVAL_WINDOWS": "forever"},
+    )
+    assert out.returncode == 2 and "STREAMEVAL_WINDOWS" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_progress_on_long_inputs(tmp_path) -> None:
+    from io import StringIO
+
+    from streameval.config import load_settings
+    from streameval.replay import Progress, run_replay
+
+    imps, evs = random_log(random.Random(2), n_queries=300).write(tmp_path)
+    stream = StringIO()
+    run_replay(load_settings(None, {}, {}), str(imps), [str(evs)], Progress(stream, every=0.0))
+    assert "streameval replay: processed" in stream.getvalue()

@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import pytest
+
+from streameval.config import Settings, load_settings, parse_duration
+from streameval.errors import ConfigError
+
+
+def test_defaults_are_the_spec_defaults() -> None:
+    s = load_settings(None, {}, {})
+    assert s == Settings()
+    assert [str(m) for m in s.metrics] == ["map@10", "ndcg@10", "recall@10", "mrr@10"]
+    assert [w.name for w in s.windows] == ["5m", "1h", "24h"]
+    assert (s.horizon, s.allowed_lateness, s.orphan_ttl, s.max_horizon) == (1800, 10, 300, 1800)
+
+
+def test_precedence_flag_over_env_over_file(tmp_path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        'group_id = "file"\nmetrics_port = 1\nap_denominator = "g"\n[kafka]\nsecurity_protocol = "SSL"\n'
+    )
+    s = load_settings(
+        str(path),
+        {
+            "STREAMEVAL_GROUP_ID": "env",
+            "STREAMEVAL_METRICS_PORT": "2",
+            "STREAMEVAL_KAFKA_SASL_PLAIN_PASSWORD": "hunter2",
+        },
+        {"group_id": "flag"},
+    )
+    assert (s.group_id, s.metrics_port, s.ap_denominator) == ("flag", 2, "g")
+    assert dict(s.kafka) == {"security_protocol": "SSL", "sasl_plain_password": "hunter2"}
+    assert "hunter2" not in repr(s.redacted_kafka())
+
+
+def test_env_lists_and_tables() -> None:
+    s = load_settings(
+        None,
+        {
+            "STREAMEVAL_WINDOWS": "5m,1h",
+            "STREAMEVAL_METRICS": '["map@5"]',
+            "STREAMEVAL_HORIZONS": '{purchase = "24h"}',
+        },
+        {},
+    )
+    assert [w.seconds for w in s.windows] == [300, 3600]
+    assert s.horizon_for("purchase") == 86400 and s.max_horizon == 86400
+
+
+def test_events_topics_table_maps_topics_to_types() -> None:
+    s = load_settings(None, {}, {"events_topics": {"clicks": "click", "buys": "purchase"}})
+    assert s.events_topics == ("clicks", "buys") and s.topic_types["buys"] == "purchase"
+
+
+@pytest.mark.parametrize(
+    "flags,names",
+    [
+        ({"colour": "red"}, "colour"),
+        ({"metrics_port": "99999"}, "metrics_port"),
+        ({"metrics_port": "http"}, "metrics_port"),
+        ({"metrics": ["map@0"]}, "metrics"),
+        ({"metrics": ["auc@10"]}, "metrics"),
+        ({"ap_denominator": "k"}, "ap_denominator"),
+        ({"horizon": "soon"}, "horizon"),
+        ({"windows": []}, "windows"),
+        ({"group_by": ["k"]}, "group_by"),
+        ({"horizons": {"view": "1h"}}, "horizons"),
+        ({"min_grade": 5}, "min_grade"),
+        ({"grades": {"click": -1}}, "grades"),
+        ({"max_groups": 0}, "max_groups"),
+        ({"dead_letter_topic": "clicks"}, "dead_letter_topic"),
+    ],
+)
+def test_bad_values_name_the_key(flags, names) -> None:
+    with pytest.raises(ConfigError, match=names):
+        load_settings(None, {}, flags)
+
+
+def test_bad_toml_and_unknown_env(tmp_path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("metrics = [")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings(str(path), {}, {})
+    with pytest.raises(ConfigError, match="STREAMEVAL_COLOUR"):
+        load_settings(None, {"STREAMEVAL_COLOUR": "red"}, {})
+    with pytest.raises(ConfigError, match="not found"):
+        load_settings(str(tmp_path / "missing.toml"), {}, {})
+
+
+@pytest.mark.parametrize(
+    "text,seconds",
+    [("500ms", 0.5), ("10s", 10), ("5m", 300), ("1h", 3600), ("7d", 604800), (30, 30)],
+)
+def test_durations(text, seconds) -> None:
+    assert parse_duration(text) == seconds

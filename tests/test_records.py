@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streameval.config import load_settings
+from streameval.pipeline import Pipeline
+from streameval.records import Engagement, Impression, Rejection, decode_event, decode_impression
+from tests.logs import BAD_EVENTS, BAD_IMPRESSIONS
+
+GRADES = {"click": 1.0, "purchase": 2.0}
+
+
+def test_impression_normalises_ints_and_fills_unknown_groups() -> None:
+    got = decode_impression(
+        b'{"query_id":"q","ts":10.5,"items":[5,"5","x"],"model":"m","surface":null}',
+        ["model", "surface"],
+    )
+    assert got == Impression("q", 10.5, ("5", "5", "x"), ("m", "unknown"))
+
+
+@pytest.mark.parametrize(
+    "ts,expected",
+    [
+        ("2024-01-01T00:00:00Z", 1704067200.0),
+        ("2024-01-01T01:00:00+01:00", 1704067200.0),
+        ("2024-01-01T00:00:00.250Z", 1704067200.25),
+        ("2024-01-01T00:00:00", 1704067200.0),  # no offset: read as UTC
+        (1704067200, 1704067200.0),
+    ],
+)
+def test_timestamps(ts, expected) -> None:
+    got = decode_event(
+        {"query_id": "q", "item": 1, "type": "click", "ts": ts}
+        and ('{"query_id":"q","item":1,"type":"click","ts":%s}' % (f'"{ts}"' if isinstance(ts, str) else ts)),
+        GRADES,
+    )
+    assert isinstance(got, Engagement) and got.ts == expected and got.item == "1"
+
+
+def test_topic_type_fills_a_missing_type() -> None:
+    got = decode_event(b'{"query_id":"q","item":"a","ts":1}', GRADES, default_type="purchase")
+    assert isinstance(got, Engagement) and got.type == "purchase"
+
+
+@pytest.mark.parametrize("raw,reason", BAD_IMPRESSIONS)
+def test_bad_impressions(raw, reason) -> None:
+    got = decode_impression(raw, ["model"])
+    assert isinstance(got, Rejection) and got.reason == reason and got.detail
+
+
+@pytest.mark.parametrize("raw,reason", BAD_EVENTS)
+def test_bad_events(raw, reason) -> None:
+    got = decode_event(raw, GRADES)
+    assert isinstance(got, Rejection) and got.reason == reason and got.detail
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"query_id":"q","item":"a","type":"click","ts":1e999}',
+        b'{"query_id":"q","item":"a","type":"click","ts":"2024-13-01T00:00:00Z"}',
+        b'{"query_id":"q","item":"a","type":"click","ts":false}',
+    ],
+)
+def test_impossible_timestamps_are_rejected(raw) -> None:
+    assert isinstance(decode_event(raw, GRADES), Rejection)
+
+
+@given(st.binary(max_size=200))
+def test_garbage_bytes_never_raise(raw) -> None:
+    pipeline = Pipeline(load_settings(None, {}, {}))
+    pipeline.ingest(raw, "impressions", is_impression=True)
+    pipeline.ingest(raw, "clicks", is_impression=False)
+    pipeline.tick()
+    assert sum(pipeline.counters.consumed.values()) == 2
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=10,
+)
+
+
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "query_id": json_values,
+            "ts": json_values,
+            "items": json_values,
+            "item": json_values,
+            "type": json_values | st.sampled_from(["click", "purchase"]),
+            "event_id": json_values,
+            "model": json_values,
+        },
+    )
+)
+def test_arbitrary_json_objects_never_raise(obj) -> None:
+    import orjson
+
+    raw = orjson.dumps(obj)
+    pipeline = Pipeline(load_settings(None, {}, {}))
+    for is_impression in (True, False):
+        rejection = pipeline.ingest(raw, "t", is_impression=is_impression)
+        assert rejection is None or rejection.reason in {
+            "not_json",
+            "not_object",
+            "missing_field",
+            "wrong_type",
+            "unknown_event_type",
+            "empty_items",
+        }
+    pipeline.finish()

@@ -1,0 +1,148 @@
+"""The incremental scorer against the from-scratch formulas and the batch oracle."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streameval.scoring import MetricSpec, Scorer, ScoringParams
+from tests import oracle
+
+METRICS = tuple(
+    MetricSpec.parse(m)
+    for m in (
+        "map@1",
+        "map@3",
+        "map@10",
+        "wmap@5",
+        "ndcg@3",
+        "ndcg@10",
+        "recall@5",
+        "precision@4",
+        "mrr@3",
+    )
+)
+items_st = st.lists(st.sampled_from([f"i{n}" for n in range(12)]), min_size=1, max_size=15)
+events_st = st.lists(
+    st.tuples(st.sampled_from([f"i{n}" for n in range(16)]), st.sampled_from([0.0, 1.0, 2.0, 3.0])),
+    max_size=25,
+)
+params_st = st.builds(
+    ScoringParams,
+    metrics=st.just(METRICS),
+    ap_denominator=st.sampled_from(["min_g_k", "g", "hits"]),
+    ndcg_gain=st.sampled_from(["exp", "linear"]),
+    min_grade=st.sampled_from([1.0, 2.0]),
+    unshown_items=st.sampled_from(["count", "ignore"]),
+)
+
+
+def apply(scorer: Scorer, items, events):
+    state = scorer.new(items)
+    grades: dict[str, float] = {}
+    for item, grade in events:
+        scorer.add_grade(state, item, grade)
+        grades[item] = max(grades.get(item, 0.0), grade)
+    return state, grades
+
+
+@given(params_st, items_st, events_st)
+def test_incremental_equals_from_scratch(params, items, events) -> None:
+    scorer = Scorer(params)
+    state = scorer.new(items)
+    grades: dict[str, float] = {}
+    for item, grade in events:
+        scorer.add_grade(state, item, grade)
+        grades[item] = max(grades.get(item, 0.0), grade)
+        incremental = scorer.values(state)
+        scratch = scorer.values_from_scratch(items, grades)
+        if scratch is None:
+            assert incremental is None
+        else:
+            assert incremental == pytest.approx(scratch, abs=1e-12)
+
+
+@given(params_st, items_st, events_st)
+def test_from_scratch_equals_independent_oracle(params, items, events) -> None:
+    scorer = Scorer(params)
+    _, grades = apply(scorer, items, events)
+    cfg = oracle.Config(
+        metrics=[str(m) for m in METRICS],
+        ap_denominator=params.ap_denominator,
+        ndcg_gain=params.ndcg_gain,
+        min_grade=params.min_grade,
+        unshown_items=params.unshown_items,
+    )
+    expected = [oracle.query_metric(str(m), items, grades, cfg) for m in METRICS]
+    got = scorer.values_from_scratch(items, grades)
+    if got is None:
+        assert all(v is None for v in expected)
+    else:
+        assert list(got) == pytest.approx(expected, abs=1e-12)
+
+
+@given(params_st, items_st, events_st)
+def test_values_are_in_unit_interval(params, items, events) -> None:
+    scorer = Scorer(params)
+    state, _ = apply(scorer, items, events)
+    values = scorer.values(state)
+    if values is None:
+        return
+    for metric, value in zip(METRICS, values, strict=True):
+        if metric.name == "wmap":
+            value /= state.n_relevant
+        assert -1e-12 <= value <= 1 + 1e-12, metric
+
+
+@given(
+    params_st,
+    st.lists(st.sampled_from([f"i{n}" for n in range(30)]), min_size=1, max_size=20, unique=True),
+    st.data(),
+)
+def test_perfect_ranking_scores_one(params, items, data) -> None:
+    scorer = Scorer(params)
+    # the relevant items are exactly the top of the list, best grade first
+    n_rel = data.draw(st.integers(1, len(items)))
+    grades = sorted(
+        data.draw(st.lists(st.sampled_from([1.0, 2.0, 3.0]), min_size=n_rel, max_size=n_rel)),
+        reverse=True,
+    )
+    grades = [max(g, params.min_grade) for g in grades]
+    state = scorer.new(items)
+    for item, grade in zip(items, grades, strict=False):
+        scorer.add_grade(state, item, grade)
+    values = scorer.values(state)
+    assert values is not None
+    for metric, value in zip(METRICS, values, strict=True):
+        if metric.name in ("ndcg", "mrr"):
+            assert value == pytest.approx(1.0), metric
+        if metric.name == "map" and (params.ap_denominator != "g" or n_rel <= metric.k):
+            # trec_eval's |G| denominator caps AP@k at k/|G| when |G| > k
+            assert value == pytest.approx(1.0), metric
+        if metric.name == "recall" and n_rel <= metric.k:
+            assert value == pytest.approx(1.0)
+
+
+def test_adding_a_hit_updates_later_terms() -> None:
+    scorer = Scorer(ScoringParams(metrics=(MetricSpec("map", 10),), ap_denominator="g"))
+    state = scorer.new([f"d{i}" for i in range(1, 11)])
+    scorer.add_grade(state, "d4", 1)
+    scorer.add_grade(state, "d7", 1)
+    assert state.ap_num == [pytest.approx(1 / 4 + 2 / 7)]
+    scorer.add_grade(state, "d1", 1)  # moves both later hits one place down the hit list
+    assert state.ap_num == [pytest.approx(1 + 2 / 4 + 3 / 7)]
+    assert scorer.values(state) == (pytest.approx((1 + 2 / 4 + 3 / 7) / 3),)
+
+
+def test_grade_upgrade_changes_ndcg_not_ap() -> None:
+    scorer = Scorer(ScoringParams(metrics=(MetricSpec("map", 5), MetricSpec("ndcg", 5))))
+    state = scorer.new(["a", "b", "c"])
+    scorer.add_grade(state, "b", 1)
+    scorer.add_grade(state, "c", 1)
+    before = scorer.values(state)
+    assert scorer.add_grade(state, "c", 2)
+    after = scorer.values(state)
+    assert before is not None and after is not None
+    assert after[0] == before[0] and after[1] != before[1]
+    assert not scorer.add_grade(state, "c", 1)  # a lower grade changes nothing
