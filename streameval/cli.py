@@ -75,7 +75,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     replay.add_argument("--format", choices=("table", "json"), default="table")
     _add_config_flags(replay)
+
+    run = commands.add_parser(
+        "run",
+        help="the daemon: consume Kafka, serve /metrics",
+        description="Consume impressions and engagement events from Kafka, keep the metrics up to date "
+        "and serve them on /metrics, /healthz, /readyz and /. SIGTERM or SIGINT stops it cleanly.",
+    )
+    _add_config_flags(run)
     return parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    from streameval.daemon import run
+
+    return run(_settings(args))
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -98,9 +112,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # kafka-python is chatty at INFO and may echo client settings at DEBUG; keep it to warnings
+    logging.getLogger("kafka").setLevel(logging.WARNING)
     try:
         if args.command == "replay":
             return _replay(args)
+        if args.command == "run":
+            return _run(args)
     except StreamevalError as exc:
         sys.stderr.write(f"streameval: error: {exc}\n")
         return 2

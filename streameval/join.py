@@ -26,7 +26,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Hashable
 from typing import Protocol
 
 from streameval.config import Settings
@@ -41,7 +40,7 @@ class OpenQuery:
 
     __slots__ = ("query_id", "ts", "group", "score", "n_relevant", "values")
 
-    def __init__(self, query_id: str, ts: float, group: Hashable, score: QueryScore) -> None:
+    def __init__(self, query_id: str, ts: float, group: tuple[str, ...], score: QueryScore) -> None:
         self.query_id = query_id
         self.ts = ts
         self.group = group
@@ -84,16 +83,16 @@ class Joiner:
         self.tombstones: dict[str, float] = {}
         self.orphans: dict[str, list[Engagement]] = {}
         self.orphan_count = 0
-        self.seen: set[Hashable] = set()
+        self.seen: set[tuple[str, ...] | str] = set()
         self._seq = itertools.count()
         self._settle_at: list[tuple[float, int, str]] = []
         self._orphan_expiry: list[tuple[float, int, Engagement]] = []
         self._tombstone_expiry: list[tuple[float, int, str]] = []
-        self._seen_expiry: list[tuple[float, int, Hashable]] = []
+        self._seen_expiry: list[tuple[float, int, tuple[str, ...] | str]] = []
 
     # --- records -------------------------------------------------------------------------------
 
-    def impression(self, imp: Impression, group: Hashable, watermark: float) -> None:
+    def impression(self, imp: Impression, group: tuple[str, ...], watermark: float) -> None:
         """Open a query (unless its id is known: then it is a duplicate) and claim its orphans."""
         if imp.query_id in self.open or imp.query_id in self.tombstones:
             self.sink.duplicate("impressions")

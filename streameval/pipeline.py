@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from streameval.clock import Watermark
@@ -48,9 +48,9 @@ class Snapshot:
 
     watermark: float
     frontier: float
-    windows: dict[str, dict[Hashable, Sums]]
-    settled: dict[Hashable, Sums]
-    provisional: dict[Hashable, Sums]
+    windows: dict[str, dict[tuple[str, ...], Sums]]
+    settled: dict[tuple[str, ...], Sums]
+    provisional: dict[tuple[str, ...], Sums]
     open_queries: int
     orphans_held: int
     counters: Counters
@@ -80,8 +80,8 @@ class Pipeline:
         self.joiner = Joiner(settings, self.scorer, self, remember_until_end)
         self.windows = WindowedSums(settings.windows, len(settings.metrics))
         self.counters = Counters()
-        self.settled_totals: dict[Hashable, Sums] = {}
-        self.provisional: dict[Hashable, Sums] = {}
+        self.settled_totals: dict[tuple[str, ...], Sums] = {}
+        self.provisional: dict[tuple[str, ...], Sums] = {}
         self._groups: set[tuple[str, ...]] = set()
         self._other = (OTHER_GROUP,) * len(settings.group_by)
 
@@ -143,7 +143,7 @@ class Pipeline:
 
     # --- JoinSink ------------------------------------------------------------------------------
 
-    def _sums(self, table: dict[Hashable, Sums], group: Hashable) -> Sums:
+    def _sums(self, table: dict[tuple[str, ...], Sums], group: tuple[str, ...]) -> Sums:
         sums = table.get(group)
         if sums is None:
             sums = table[group] = Sums(len(self.metrics))

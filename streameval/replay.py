@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -107,7 +107,9 @@ def build_report(pipeline: Pipeline) -> dict[str, Any]:
     """The JSON report of SPEC section 6: overall (pooled), per group, and the input counts."""
     n = len(pipeline.metrics)
     overall = Sums(n)
-    groups: list[tuple[Hashable, Sums]] = sorted(pipeline.settled_totals.items(), key=lambda kv: str(kv[0]))
+    groups: list[tuple[tuple[str, ...], Sums]] = sorted(
+        pipeline.settled_totals.items(), key=lambda kv: str(kv[0])
+    )
     for _, sums in groups:
         overall.merge(sums)
     group_by = pipeline.settings.group_by

@@ -10,7 +10,7 @@ exact to one bucket: a bucket is in the window while any part of it is after ``F
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 
 from streameval.config import Window
 from streameval.scoring import Sums
@@ -24,7 +24,7 @@ class _Ring:
     def __init__(self, window: Window) -> None:
         self.window = window
         self.resolution = window.seconds / BUCKETS_PER_WINDOW
-        self.buckets: dict[int, dict[Hashable, Sums]] = {}
+        self.buckets: dict[int, dict[tuple[str, ...], Sums]] = {}
 
     def first_live_bucket(self, frontier: float) -> float:
         """Buckets with an index below this are entirely at or before ``frontier - w``."""
@@ -46,7 +46,9 @@ class WindowedSums:
         self.n_metrics = n_metrics
         self.frontier = -math.inf
 
-    def add(self, imp_ts: float, group: Hashable, n_relevant: int, values: Sequence[float] | None) -> None:
+    def add(
+        self, imp_ts: float, group: tuple[str, ...], n_relevant: int, values: Sequence[float] | None
+    ) -> None:
         """Add one settled query (imp_ts <= frontier) to every window that still covers it."""
         for ring in self.rings:
             index = math.floor(imp_ts / ring.resolution)
@@ -66,11 +68,11 @@ class WindowedSums:
         for ring in self.rings:
             ring.evict(frontier)
 
-    def snapshot(self) -> dict[str, dict[Hashable, Sums]]:
+    def snapshot(self) -> dict[str, dict[tuple[str, ...], Sums]]:
         """Window name -> group -> Sums over the window's live buckets."""
-        out: dict[str, dict[Hashable, Sums]] = {}
+        out: dict[str, dict[tuple[str, ...], Sums]] = {}
         for ring in self.rings:
-            per_group: dict[Hashable, Sums] = {}
+            per_group: dict[tuple[str, ...], Sums] = {}
             for groups in ring.buckets.values():
                 for group, sums in groups.items():
                     total = per_group.get(group)

@@ -1,0 +1,103 @@
+"""``streameval run``: start-up checks, the HTTP server, the loop, signals, shutdown.
+
+Signal handlers only set a flag; the loop checks it between polls. On the first SIGTERM or
+SIGINT the daemon stops consuming, commits what it processed, closes its clients and returns
+(exit code 0); shutdown is bounded by the clients' own time-outs. A second SIGINT forces the
+exit at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from types import FrameType
+
+from streameval.config import Settings
+from streameval.errors import InputError
+from streameval.exporter import registry
+from streameval.http import Health, HttpServer, make_app
+from streameval.kafka.clients import check_topics, ensure_topic, make_admin, make_consumer, make_producer
+from streameval.kafka.loop import ConsumerLoop
+from streameval.view import View, empty_view
+
+log = logging.getLogger(__name__)
+
+
+class Stop:
+    """Set by signal handlers, read by the loop."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def handler(self, signum: int, frame: FrameType | None) -> None:
+        if self.requested and signum == signal.SIGINT:
+            log.warning("second SIGINT: exiting now")
+            os._exit(130)
+        self.requested = True
+        log.info("%s received: finishing", signal.Signals(signum).name)
+
+
+def run(settings: Settings) -> int:
+    """Run until a signal; returns the exit code."""
+    log.info(
+        "starting: brokers %s, group %s, topics %s + %s, kafka settings %s",
+        settings.bootstrap_servers,
+        settings.group_id,
+        settings.impressions_topic,
+        ", ".join(settings.events_topics),
+        settings.redacted_kafka(),
+    )
+    stop = Stop()
+    previous = {s: signal.signal(s, stop.handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    consumer = make_consumer(settings)
+    try:
+        partitions = check_topics(settings, consumer)
+        admin = make_admin(settings)
+        try:
+            ensure_topic(admin, settings.dead_letter_topic, 1)
+        finally:
+            admin.close()
+        producer = make_producer(settings)
+    except BaseException:
+        consumer.close(autocommit=False)
+        raise
+    loop = ConsumerLoop(settings, consumer, producer)
+    initial = empty_view(settings, time.time())
+
+    def view() -> View:
+        return loop.view or initial
+
+    health = Health()
+    try:
+        server = HttpServer(
+            settings.metrics_host, settings.metrics_port, make_app(registry(view), health, view)
+        )
+    except OSError as exc:
+        loop.close()
+        raise InputError(
+            f"metrics_port: cannot listen on {settings.metrics_host}:{settings.metrics_port} ({exc.strerror})"
+        ) from None
+    server.start()
+    log.info(
+        "serving /metrics on http://%s:%d/ ; %d partition(s) per topic",
+        settings.metrics_host,
+        server.port,
+        partitions,
+    )
+    try:
+        loop.subscribe()
+        while not stop.requested:
+            loop.run_once()
+            health.beat()
+    finally:
+        log.info("stopping: committing offsets and closing clients")
+        try:
+            loop.close()
+        finally:
+            server.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    log.info("stopped cleanly")
+    return 0

@@ -1,0 +1,1 @@
+"""The Kafka adapter: client settings, input alignment, the consumer loop, the dead-letter topic."""

@@ -1,0 +1,81 @@
+"""Event-time alignment of co-partitioned topics.
+
+Partition p of the impressions topic and partition p of every events topic hold the records of
+the same queries. :class:`Aligner` buffers what was fetched from each of them and hands records
+out in event-time order across the topics: the next record is the head with the smallest
+timestamp, but only while every topic of the partition either has a buffered record or is
+caught up (nothing more to fetch). A topic that is behind blocks the others -- the loop pauses
+the topics that run ahead -- so a backlog is processed exactly like live traffic. A topic that
+stays empty without being caught up blocks for at most ``max_wait`` seconds (Kafka Streams'
+``max.task.idle.ms``), so one stuck partition cannot stop the others forever.
+
+Rejected records carry no usable time; they are handed out as soon as they reach the head of
+their topic's buffer, which keeps each topic in offset order (committed offsets never skip
+an unprocessed record).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from streameval.records import Engagement, Impression, Rejection
+
+
+@dataclass(slots=True)
+class Entry:
+    """One fetched record: where it came from, and what decoding made of it."""
+
+    topic: str
+    offset: int
+    record: Impression | Engagement | Rejection
+    message: Any  # the client's record (raw value, key, headers), for the dead-letter topic
+
+
+class Aligner:
+    """Buffers of one partition number, merged in event-time order."""
+
+    def __init__(self, topics: Iterable[str], clock: Callable[[], float], max_wait: float = 1.0):
+        self.buffers: dict[str, deque[Entry]] = {t: deque() for t in topics}
+        self.clock = clock
+        self.max_wait = max_wait
+        self._blocked_since: float | None = None
+
+    def push(self, entry: Entry) -> None:
+        self.buffers[entry.topic].append(entry)
+
+    def buffered(self, topic: str) -> int:
+        return len(self.buffers[topic])
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self.buffers.values())
+
+    def pop(self, caught_up: Callable[[str], bool]) -> Entry | None:
+        """The next entry to process, or None when the merge must wait for more input."""
+        best: deque[Entry] | None = None
+        best_ts = 0.0
+        waiting = False
+        for topic, buffer in self.buffers.items():
+            if not buffer:
+                if not caught_up(topic):
+                    waiting = True
+                continue
+            head = buffer[0].record
+            if isinstance(head, Rejection):
+                return buffer.popleft()
+            if best is None or head.ts < best_ts:
+                best, best_ts = buffer, head.ts
+        if best is None:
+            self._blocked_since = None
+            return None
+        if waiting:
+            now = self.clock()
+            if self._blocked_since is None:
+                self._blocked_since = now
+            if now - self._blocked_since < self.max_wait:
+                return None
+        else:
+            self._blocked_since = None
+        return best.popleft()

@@ -1,0 +1,128 @@
+"""Kafka clients built from Settings, and the start-up checks on the topics.
+
+The ``[kafka]`` table is passed to every client (security settings and the like); secrets in it
+are never logged. Offsets are committed by the loop, never automatically.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import NewTopic
+from kafka.coordinator.assignors.range import RangePartitionAssignor
+from kafka.errors import KafkaError, NoBrokersAvailable, TopicAlreadyExistsError
+
+from streameval.config import Settings
+from streameval.errors import InputError
+
+log = logging.getLogger(__name__)
+
+CLIENT_ID = "streameval"
+# Settings only one kind of client accepts; the [kafka] table is filtered per client.
+_CONSUMER_ONLY = {
+    "fetch_max_wait_ms",
+    "fetch_min_bytes",
+    "fetch_max_bytes",
+    "max_partition_fetch_bytes",
+    "session_timeout_ms",
+    "heartbeat_interval_ms",
+    "max_poll_interval_ms",
+    "max_poll_records",
+    "group_instance_id",
+    "isolation_level",
+    "auto_offset_reset",
+}
+_PRODUCER_ONLY = {
+    "acks",
+    "compression_type",
+    "linger_ms",
+    "batch_size",
+    "max_request_size",
+    "enable_idempotence",
+    "delivery_timeout_ms",
+    "retries",
+}
+
+
+def _common(settings: Settings) -> dict[str, Any]:
+    return {"bootstrap_servers": settings.bootstrap_servers.split(","), "client_id": CLIENT_ID}
+
+
+def _table(settings: Settings, exclude: set[str]) -> dict[str, Any]:
+    return {k: v for k, v in settings.kafka.items() if k not in exclude}
+
+
+def _connect(kind: str, factory: Any, settings: Settings, **config: Any) -> Any:
+    try:
+        return factory(**config)
+    except NoBrokersAvailable:
+        raise InputError(
+            f"cannot reach Kafka at {settings.bootstrap_servers} ({kind}); check bootstrap_servers "
+            "and the [kafka] security settings"
+        ) from None
+    except (KafkaError, ValueError, TypeError) as exc:
+        raise InputError(f"cannot create the Kafka {kind}: {exc}") from None
+
+
+def make_consumer(settings: Settings) -> KafkaConsumer:
+    config = {
+        **_common(settings),
+        "group_id": settings.group_id,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "partition_assignment_strategy": [RangePartitionAssignor],
+        "session_timeout_ms": 10_000,
+        "heartbeat_interval_ms": 3_000,
+        "max_poll_records": 2_000,
+        **_table(settings, _PRODUCER_ONLY),
+    }
+    return _connect("consumer", KafkaConsumer, settings, **config)
+
+
+def make_producer(settings: Settings) -> KafkaProducer:
+    config = {**_common(settings), "acks": "all", "linger_ms": 20, **_table(settings, _CONSUMER_ONLY)}
+    return _connect("producer", KafkaProducer, settings, **config)
+
+
+def make_admin(settings: Settings) -> KafkaAdminClient:
+    exclude = _CONSUMER_ONLY | _PRODUCER_ONLY
+    return _connect(
+        "admin client", KafkaAdminClient, settings, **_common(settings), **_table(settings, exclude)
+    )
+
+
+def check_topics(settings: Settings, consumer: KafkaConsumer) -> int:
+    """The input topics must exist and be co-partitioned; returns their partition count."""
+    counts: dict[str, int] = {}
+    missing = []
+    for topic in (settings.impressions_topic, *settings.events_topics):
+        partitions = consumer.partitions_for_topic(topic)
+        if not partitions:
+            missing.append(topic)
+        else:
+            counts[topic] = len(partitions)
+    if missing:
+        raise InputError(
+            f"input topic(s) {', '.join(missing)} do not exist on {settings.bootstrap_servers}; "
+            "create them with the same partition count as the others"
+        )
+    if len(set(counts.values())) > 1:
+        described = ", ".join(f"{t}: {n}" for t, n in counts.items())
+        raise InputError(
+            f"the input topics are not co-partitioned ({described} partitions); impressions and "
+            "events must be keyed by query_id into topics with the same partition count"
+        )
+    return next(iter(counts.values()))
+
+
+def ensure_topic(admin: KafkaAdminClient, topic: str, partitions: int) -> None:
+    """Create a topic (replication 1 is not forced: the broker default applies) if it is missing."""
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=partitions)], wait_for_metadata=True)
+        log.info("created topic %s with %d partition(s)", topic, partitions)
+    except TopicAlreadyExistsError:
+        pass
+    except KafkaError as exc:
+        raise InputError(f"topic {topic} is missing and could not be created: {exc}") from None

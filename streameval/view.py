@@ -1,0 +1,115 @@
+"""What the daemon shows: one immutable :class:`View`, published by the loop, read by the
+exporter and the HTTP pages from another thread. Merging per-partition snapshots is pure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from streameval.config import Settings
+from streameval.pipeline import Counters, Snapshot
+from streameval.scoring import Sums
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, math.inf)
+
+
+def _merge_groups(target: dict[tuple[str, ...], Sums], source: Mapping[tuple[str, ...], Sums]) -> None:
+    for group, sums in source.items():
+        if group in target:
+            target[group].merge(sums)
+        else:
+            target[group] = sums.copy()
+
+
+def merge_snapshots(snapshots: Iterable[Snapshot]) -> Snapshot:
+    """Pool the snapshots of several partitions: sums add up, the watermark is the lowest."""
+    merged = Snapshot(
+        watermark=math.inf,
+        frontier=math.inf,
+        windows={},
+        settled={},
+        provisional={},
+        open_queries=0,
+        orphans_held=0,
+        counters=Counters(),
+    )
+    any_snapshot = False
+    for snap in snapshots:
+        any_snapshot = True
+        merged.watermark = min(merged.watermark, snap.watermark)
+        merged.frontier = min(merged.frontier, snap.frontier)
+        for window, groups in snap.windows.items():
+            _merge_groups(merged.windows.setdefault(window, {}), groups)
+        _merge_groups(merged.settled, snap.settled)
+        _merge_groups(merged.provisional, snap.provisional)
+        merged.open_queries += snap.open_queries
+        merged.orphans_held += snap.orphans_held
+        c, s = merged.counters, snap.counters
+        c.consumed.update(s.consumed)
+        c.rejected.update(s.rejected)
+        c.unattributed.update(s.unattributed)
+        c.duplicates.update(s.duplicates)
+        c.attributed += s.attributed
+        c.groups_folded += s.groups_folded
+    if not any_snapshot:
+        merged.watermark = merged.frontier = -math.inf
+    return merged
+
+
+@dataclass
+class Latency:
+    """A cumulative histogram of processing latency (record's Kafka timestamp to processed)."""
+
+    counts: list[int] = field(default_factory=lambda: [0] * len(LATENCY_BUCKETS))
+    total: float = 0.0
+
+    def observe(self, seconds: float) -> None:
+        seconds = max(seconds, 0.0)
+        self.total += seconds
+        for i, bound in enumerate(LATENCY_BUCKETS):
+            if seconds <= bound:
+                self.counts[i] += 1
+                return
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        out, running = [], 0
+        for bound, count in zip(LATENCY_BUCKETS, self.counts, strict=True):
+            running += count
+            out.append(("+Inf" if math.isinf(bound) else repr(bound), running))
+        return out
+
+
+@dataclass(frozen=True)
+class View:
+    """A consistent picture of the daemon at one moment."""
+
+    settings: Settings
+    snapshot: Snapshot
+    partition_watermarks: Mapping[int, float]
+    consumer_lag: Mapping[tuple[str, int], int]
+    latency_buckets: tuple[tuple[str, int], ...]
+    latency_sum: float
+    latency_count: int
+    dead_lettered: Mapping[tuple[str, str], int]
+    wall_time: float
+    last_commit: float | None
+    ready: bool
+
+
+def empty_view(settings: Settings, wall_time: float) -> View:
+    return View(
+        settings=settings,
+        snapshot=merge_snapshots([]),
+        partition_watermarks={},
+        consumer_lag={},
+        latency_buckets=tuple(Latency().cumulative()),
+        latency_sum=0.0,
+        latency_count=0,
+        dead_lettered=Counter(),
+        wall_time=wall_time,
+        last_commit=None,
+        ready=False,
+    )
