@@ -219,6 +219,12 @@ class StreamevalCollector(Collector):
             [],
             {(): counters.groups_folded},
         )
+        yield _counter(
+            "streameval_impressions_late",
+            "Impressions dropped because they arrived after their settling time",
+            [],
+            {(): counters.late_impressions},
+        )
         yield _gauge("streameval_open_queries", "Queries not settled yet", [], {(): snap.open_queries})
         yield _gauge(
             "streameval_orphans_held", "Events held waiting for their impression", [], {(): snap.orphans_held}

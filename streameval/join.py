@@ -14,11 +14,14 @@ Rules (SPEC section 2):
   its state is freed. Its id and time are remembered (a tombstone), so a later event for it is
   still judged by event time: ``before_impression``, ``after_horizon``, or -- when it would have
   counted but arrived too late -- ``late``.
+- An impression that arrives after the watermark passed its own settling time is dropped and
+  counted as a late impression: its events have been judged without it, and it may be a
+  duplicate of a query the daemon no longer remembers.
 
-The daemon remembers tombstones and dedup keys for a bounded time (one max horizon plus
-``orphan_ttl`` past the event or settling). ``replay`` passes ``remember_until_end=True``: it
-keeps them, and holds orphans, until the input ends, so its answer is the batch definition of
-SPEC sections 2-3 however far apart related records are.
+The daemon remembers tombstones and dedup keys for a bounded time: max(max horizon, 10 min)
+plus ``orphan_ttl`` of event time past the event or the settling. ``replay`` passes
+``remember_until_end=True``: it keeps them, and holds orphans, until the input ends, so its
+answer is the batch definition of SPEC sections 2-3 however far apart related records are.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from streameval.records import Engagement, Impression
 from streameval.scoring import QueryScore, Scorer
 
 UNATTRIBUTED_REASONS = ("before_impression", "after_horizon", "unknown_query", "late")
+#: The daemon remembers settled query ids and event dedup keys at least this long (event time).
+MIN_RETENTION_S = 600.0
 
 
 class OpenQuery:
@@ -64,6 +69,8 @@ class JoinSink(Protocol):
 
     def duplicate(self, kind: str) -> None: ...
 
+    def late_impression(self) -> None: ...
+
     def attributed(self) -> None: ...
 
 
@@ -78,7 +85,7 @@ class Joiner:
         self.sink = sink
         self.remember_until_end = remember_until_end
         self.max_horizon = settings.max_horizon
-        self.retention = settings.max_horizon + settings.orphan_ttl
+        self.retention = max(settings.max_horizon, MIN_RETENTION_S) + settings.orphan_ttl
         self.open: dict[str, OpenQuery] = {}
         self.tombstones: dict[str, float] = {}
         self.orphans: dict[str, list[Engagement]] = {}
@@ -96,6 +103,10 @@ class Joiner:
         """Open a query (unless its id is known: then it is a duplicate) and claim its orphans."""
         if imp.query_id in self.open or imp.query_id in self.tombstones:
             self.sink.duplicate("impressions")
+            return
+        if imp.ts + self.max_horizon < watermark:
+            # it would settle at once, after its events were judged without it
+            self.sink.late_impression()
             return
         query = OpenQuery(imp.query_id, imp.ts, group, self.scorer.new(imp.items))
         self.open[imp.query_id] = query

@@ -40,6 +40,7 @@ class Counters:
     duplicates: Counter[str] = field(default_factory=Counter)  # "impressions" / "events"
     attributed: int = 0
     groups_folded: int = 0  # impressions whose group was folded into __other__
+    late_impressions: int = 0  # impressions that arrived after their settling time
 
 
 @dataclass
@@ -172,6 +173,9 @@ class Pipeline:
 
     def attributed(self) -> None:
         self.counters.attributed += 1
+
+    def late_impression(self) -> None:
+        self.counters.late_impressions += 1
 
     # --- output --------------------------------------------------------------------------------
 

@@ -54,6 +54,7 @@ def merge_snapshots(snapshots: Iterable[Snapshot]) -> Snapshot:
         c.duplicates.update(s.duplicates)
         c.attributed += s.attributed
         c.groups_folded += s.groups_folded
+        c.late_impressions += s.late_impressions
     if not any_snapshot:
         merged.watermark = merged.frontier = -math.inf
     return merged

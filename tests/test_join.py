@@ -187,3 +187,10 @@ def test_max_groups_folds_new_groups_into_other() -> None:
     p.finish()
     assert set(p.settled_totals) == {("m0", "s"), ("m1", "s"), ("__other__", "__other__")}
     assert p.counters.groups_folded == 2
+
+
+def test_impression_after_its_settling_time_is_dropped_as_late() -> None:
+    p = Pipeline(settings_())
+    p.process(imp("now", ts=T0 + 4000))
+    p.process(imp("q", ts=T0))  # T0 + 1800 < watermark T0 + 3990
+    assert p.counters.late_impressions == 1 and "q" not in p.joiner.open

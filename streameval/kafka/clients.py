@@ -12,10 +12,10 @@ from typing import Any
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 from kafka.coordinator.assignors.range import RangePartitionAssignor
-from kafka.errors import KafkaError, NoBrokersAvailable, TopicAlreadyExistsError
+from kafka.errors import KafkaConfigurationError, KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
 
 from streameval.config import Settings
-from streameval.errors import InputError
+from streameval.errors import ConfigError, InputError
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +57,16 @@ def _table(settings: Settings, exclude: set[str]) -> dict[str, Any]:
 def _connect(kind: str, factory: Any, settings: Settings, **config: Any) -> Any:
     try:
         return factory(**config)
-    except NoBrokersAvailable:
+    except KafkaTimeoutError:
         raise InputError(
-            f"cannot reach Kafka at {settings.bootstrap_servers} ({kind}); check bootstrap_servers "
-            "and the [kafka] security settings"
+            f"bootstrap_servers: cannot reach Kafka at {settings.bootstrap_servers} ({kind}); check the "
+            "address and the [kafka] security settings"
         ) from None
-    except (KafkaError, ValueError, TypeError) as exc:
+    except (KafkaConfigurationError, ValueError, TypeError) as exc:
+        raise ConfigError(
+            f"kafka: a setting in the [kafka] table is not accepted by the {kind}: {exc}"
+        ) from None
+    except KafkaError as exc:
         raise InputError(f"cannot create the Kafka {kind}: {exc}") from None
 
 

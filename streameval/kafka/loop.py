@@ -32,6 +32,7 @@ PUBLISH_INTERVAL_S = 0.5
 POLL_TIMEOUT_MS = 200
 PAUSE_ABOVE = 5_000  # buffered records of one topic-partition before it is paused
 RESUME_BELOW = 1_000
+ALIGN_MAX_WAIT_S = 5.0  # longest wait for a topic that is behind before the others go on
 
 
 @dataclass
@@ -87,21 +88,36 @@ class ConsumerLoop:
     # --- rebalances ----------------------------------------------------------------------------
 
     def on_assigned(self, assigned: list[TopicPartition]) -> None:
-        for p in sorted({tp.partition for tp in assigned}):
-            if p not in self.partitions:
+        """Keep the state of partitions this instance still owns, drop the rest, open new ones.
+
+        Rebalances are eager: every partition is revoked before the new assignment, and the
+        consumer then resumes from the committed offsets. For partitions it keeps, the loop
+        discards what it fetched but did not process and seeks to the first unprocessed
+        offset, so nothing is processed twice or skipped.
+        """
+        owned = {tp.partition for tp in assigned}
+        for p in [p for p in self.partitions if p not in owned]:
+            del self.partitions[p]
+        for p in sorted(owned):
+            state = self.partitions.get(p)
+            if state is None:
                 self.partitions[p] = PartitionState(
                     Pipeline(self.settings, wall_clock=self.wall_clock),
-                    Aligner(self.topics, self.wall_clock, max_wait=5.0),
+                    Aligner(self.topics, self.wall_clock, max_wait=ALIGN_MAX_WAIT_S),
                 )
-        log.info("assigned partitions %s", sorted({tp.partition for tp in assigned}))
+                continue
+            state.aligner = Aligner(self.topics, self.wall_clock, max_wait=ALIGN_MAX_WAIT_S)
+            for topic, offset in state.next_offsets.items():
+                self.consumer.seek(TopicPartition(topic, p), offset)
+        self._paused.clear()
+        log.info("assigned partitions %s", sorted(owned))
         self.ready = True
         self.publish(force=True)
 
     def on_revoked(self, revoked: list[TopicPartition]) -> None:
-        self.commit()
-        for p in {tp.partition for tp in revoked}:
-            self.partitions.pop(p, None)
-        self._paused -= set(revoked)
+        # runs on the client's IO thread, which must not block: commit without waiting (the
+        # coordinator handles this connection's requests in order, so it lands before the rejoin)
+        self.commit(wait=False)
         if revoked:
             log.info("revoked partitions %s", sorted({tp.partition for tp in revoked}))
 
@@ -200,7 +216,7 @@ class ConsumerLoop:
 
     # --- commits and the published view --------------------------------------------------------
 
-    def commit(self) -> None:
+    def commit(self, wait: bool = True) -> None:
         """Commit the offsets of everything processed, after the dead-letter records are durable."""
         self._next_commit = self.wall_clock() + COMMIT_INTERVAL_S
         offsets = {}
@@ -211,7 +227,10 @@ class ConsumerLoop:
         if not offsets:
             return
         self.producer.flush()
-        self.consumer.commit(offsets)
+        if wait:
+            self.consumer.commit(offsets)
+        else:
+            self.consumer.commit_async(offsets)
         for tp, meta in offsets.items():
             if tp.partition in self.partitions:
                 self.partitions[tp.partition].committed[tp.topic] = meta.offset

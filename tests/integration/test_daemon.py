@@ -1,0 +1,275 @@
+"""`streameval run` against the real broker, checked against `streameval replay` on the same logs."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from streameval.config import load_settings
+from streameval.replay import build_report, run_replay
+from tests.integration.conftest import ROOT, Daemon, Topics, free_port, key_of, value
+from tests.logs import random_log
+
+pytestmark = pytest.mark.integration
+
+T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+DAEMON_CONFIG = {"horizon": "10s", "allowed_lateness": "1s", "orphan_ttl": "30s", "windows": ["3650d"]}
+
+
+def ts_of(raw: bytes) -> float | None:
+    """The numeric ts of a record, or None for records without one (bad ones)."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    ts = obj.get("ts") if isinstance(obj, dict) else None
+    if isinstance(ts, int | float) and not isinstance(ts, bool) and isinstance(obj.get("query_id"), str):
+        return float(ts)
+    return None
+
+
+def time_ordered(lines: list[bytes]) -> list[bytes]:
+    """Valid records in timestamp order, as a logging pipeline writes them; bad ones stay where they are."""
+    timed, slots = [], []
+    for i, raw in enumerate(lines):
+        ts = ts_of(raw)
+        if ts is not None:
+            timed.append((ts, raw))
+            slots.append(i)
+    out = list(lines)
+    for slot, (_, raw) in zip(slots, sorted(timed, key=lambda t: t[0]), strict=True):
+        out[slot] = raw
+    return out
+
+
+def make_log(seed: int):
+    log = random_log(
+        random.Random(seed),
+        n_queries=150,
+        t0=T0,
+        span=240.0,
+        horizon=10.0,
+        models=("ranker-a", "ranker-b", "ranker-c"),
+    )
+    return time_ordered(log.impressions), time_ordered(log.events), log
+
+
+def replay_report(tmp_path: Path, config: Path, impressions: list[bytes], events: list[bytes]) -> dict:
+    imps, evs = tmp_path / "impressions.jsonl", tmp_path / "events.jsonl"
+    imps.write_bytes(b"\n".join(impressions) + b"\n")
+    evs.write_bytes(b"\n".join(events) + b"\n")
+    return build_report(run_replay(load_settings(str(config), {}, {}), str(imps), [str(evs)]))
+
+
+def settled(expected_records: int):
+    def check(m: dict) -> bool:
+        return (
+            value(m, "streameval_records_consumed_total") == expected_records
+            and value(m, "streameval_open_queries") == 0
+            and value(m, "streameval_orphans_held") == 0
+            and value(m, "streameval_ready") == 1
+        )
+
+    return check
+
+
+def assert_metrics_equal_replay(metrics: dict, report: dict, window: str = "3650d") -> None:
+    groups = {(g["labels"]["model"], g["labels"]["surface"]): g for g in report["groups"]}
+    seen = set()
+    for labels, got in metrics["streameval_map"]:
+        if labels["window"] != window:
+            continue
+        key = (labels["model"], labels["surface"])
+        seen.add(key)
+        assert got == pytest.approx(groups[key]["map@10"], abs=1e-9), key
+    assert seen == {k for k, g in groups.items() if g["map@10"] is not None}
+    for name in ("ndcg", "recall", "mrr"):
+        for labels, got in metrics[f"streameval_{name}"]:
+            key = (labels["model"], labels["surface"])
+            assert got == pytest.approx(groups[key][f"{name}@10"], abs=1e-9), (name, key)
+    for labels, got in metrics["streameval_queries"]:
+        assert got == groups[(labels["model"], labels["surface"])]["queries"]
+    # the consumer group's MAP from the summed parts, as the README's PromQL computes it
+    pooled = value(metrics, "streameval_metric_sum", metric="map", window=window) / value(
+        metrics, "streameval_queries_with_relevant", window=window
+    )
+    assert pooled == pytest.approx(report["overall"]["map@10"], abs=1e-9)
+    settled_pooled = value(metrics, "streameval_settled_metric_sum_total", metric="map") / value(
+        metrics, "streameval_settled_queries_with_relevant_total"
+    )
+    assert settled_pooled == pytest.approx(report["overall"]["map@10"], abs=1e-9)
+
+
+def test_daemon_equals_replay_and_dead_letters_bad_records(tmp_path, topics: Topics, daemons) -> None:
+    impressions, events, log = make_log(1)
+    topics.create(partitions=3)
+    topics.produce(topics.impressions, impressions)
+    clicks = [e for e in events if b'"purchase"' not in e]
+    purchases = [e for e in events if b'"purchase"' in e]
+    topics.produce(topics.clicks, clicks)
+    topics.produce(topics.purchases, purchases)
+    config = topics.config(tmp_path / "streameval.toml", **DAEMON_CONFIG)
+    daemon = Daemon(config)
+    daemons.append(daemon)
+    metrics = daemon.wait_until(settled(len(impressions) + len(events)), what="everything settled")
+
+    report = replay_report(tmp_path, config, impressions, events)
+    assert_metrics_equal_replay(metrics, report)
+    rejected = {}
+    for labels, n in metrics["streameval_records_rejected_total"]:
+        rejected[labels["reason"]] = rejected.get(labels["reason"], 0) + n
+    assert rejected == report["inputs"]["rejected"] == dict(log.rejected)
+    assert daemon.get("/readyz")[0] == 200 and daemon.get("/healthz")[0] == 200
+    status, page = daemon.get("/")
+    assert status == 200 and "ranker-a" in page
+
+    # every rejected record is on the dead-letter topic, unchanged, with its reason and origin
+    n_bad = sum(log.rejected.values())
+    dead = topics.read_all(topics.dlq, n_bad)
+    assert len(dead) == n_bad
+    reasons: dict[str, int] = {}
+    for message in dead:
+        headers = dict(message.headers)
+        reasons[headers["streameval.reason"].decode()] = (
+            reasons.get(headers["streameval.reason"].decode(), 0) + 1
+        )
+        source = headers["streameval.topic"].decode()
+        assert source in (topics.impressions, topics.clicks, topics.purchases)
+        assert int(headers["streameval.offset"]) >= 0 and int(headers["streameval.partition"]) in range(3)
+        assert message.value in impressions + events
+    assert reasons == dict(log.rejected)
+
+    assert daemon.stop(signal.SIGTERM) == 0
+    assert "Traceback" not in daemon.output()
+
+
+def test_backlog_gives_the_same_values_as_a_slow_feed(tmp_path, topics: Topics, daemons) -> None:
+    impressions, events, _ = make_log(2)
+    topics.create(partitions=2)
+    config = topics.config(tmp_path / "live.toml", **DAEMON_CONFIG)
+    live = Daemon(config)
+    daemons.append(live)
+    live.wait_until(lambda m: value(m, "streameval_ready") == 1, what="partitions assigned")
+    # live traffic: all topics interleaved in time order, a little at a time
+    merged = sorted(
+        [(topics.impressions, r) for r in impressions] + [(topics.clicks, r) for r in events],
+        key=lambda tr: ts_of(tr[1]) or 0.0,
+    )
+    producer = KafkaProducer(bootstrap_servers=topics.bootstrap, linger_ms=0)
+    for i, (topic, raw) in enumerate(merged):
+        producer.send(topic, value=raw, key=key_of(raw))
+        if i % 40 == 39:
+            producer.flush()
+            time.sleep(0.05)
+    producer.flush()
+    producer.close()
+    total = len(impressions) + len(events)
+    live_metrics = live.wait_until(settled(total), what="live feed settled")
+    assert live.stop() == 0
+
+    # a new consumer group reading the same topics from the earliest offsets: a backlog
+    backlog_config = Path(str(config).replace("live", "backlog"))
+    backlog_config.write_text(
+        config.read_text()
+        .replace(topics.group, topics.group + ".backlog")
+        .replace(f"metrics_port = {live.port}", f"metrics_port = {free_port()}")
+    )
+    backlog = Daemon(backlog_config)
+    daemons.append(backlog)
+    backlog_metrics = backlog.wait_until(settled(total), what="backlog settled")
+    assert backlog.stop() == 0
+
+    for name in (
+        "streameval_map",
+        "streameval_ndcg",
+        "streameval_metric_sum",
+        "streameval_queries",
+        "streameval_settled_metric_sum_total",
+        "streameval_settled_queries_total",
+    ):
+        assert sorted(map(repr, live_metrics[name])) == sorted(map(repr, backlog_metrics[name])), name
+    report = replay_report(tmp_path, config, impressions, events)
+    assert_metrics_equal_replay(backlog_metrics, report)
+
+
+def test_sigterm_exits_zero_with_offsets_committed(tmp_path, topics: Topics, daemons) -> None:
+    impressions, events, _ = make_log(3)
+    topics.create(partitions=2)
+    topics.produce(topics.impressions, impressions)
+    topics.produce(topics.clicks, events)
+    daemon = Daemon(topics.config(tmp_path / "c.toml", **DAEMON_CONFIG))
+    daemons.append(daemon)
+    daemon.wait_until(
+        lambda m: value(m, "streameval_records_consumed_total") == len(impressions) + len(events),
+        what="everything consumed",
+    )
+    assert daemon.stop(signal.SIGTERM) == 0
+    consumer = KafkaConsumer(
+        bootstrap_servers=topics.bootstrap, group_id=topics.group, enable_auto_commit=False
+    )
+    try:
+        for topic in (topics.impressions, topics.clicks):
+            partitions = [TopicPartition(topic, p) for p in range(2)]
+            ends = consumer.end_offsets(partitions)
+            for tp in partitions:
+                assert consumer.committed(tp) == ends[tp], tp
+    finally:
+        consumer.close()
+
+
+def run_cli(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "streameval", "run", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize(
+    "extra,needle",
+    [
+        ({"colour": "red"}, "colour"),
+        ({"ap_denominator": "median"}, "ap_denominator"),
+        ({"metrics_port": 70000}, "metrics_port"),
+    ],
+)
+def test_config_errors_stop_start_up(tmp_path, topics: Topics, extra, needle) -> None:
+    out = run_cli("--config", str(topics.config(tmp_path / "c.toml", **extra)))
+    assert out.returncode != 0
+    assert needle in out.stderr and "Traceback" not in out.stderr
+
+
+def test_port_in_use_names_the_port(tmp_path, topics: Topics) -> None:
+    import socket
+
+    topics.create(partitions=1)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        out = run_cli("--config", str(topics.config(tmp_path / "c.toml")), "--metrics-port", str(port))
+    assert out.returncode != 0
+    assert "metrics_port" in out.stderr and str(port) in out.stderr and "Traceback" not in out.stderr
+
+
+def test_topics_not_co_partitioned_are_refused(tmp_path, topics: Topics) -> None:
+    topics.create(partitions=3, clicks=2)
+    out = run_cli("--config", str(topics.config(tmp_path / "c.toml")))
+    assert out.returncode != 0
+    assert "co-partitioned" in out.stderr and topics.clicks in out.stderr and "Traceback" not in out.stderr
+
+
+def test_missing_topic_is_refused(tmp_path, topics: Topics) -> None:
+    out = run_cli("--config", str(topics.config(tmp_path / "c.toml")))
+    assert out.returncode != 0
+    assert "do not exist" in out.stderr and "Traceback" not in out.stderr
