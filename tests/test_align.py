@@ -1,0 +1,50 @@
+from __future__ import annotations
+
+from streameval.kafka.align import Aligner, Entry
+from streameval.records import Engagement, Impression, Rejection
+
+
+def imp(offset: int, ts: float) -> Entry:
+    return Entry("imps", offset, Impression(f"q{offset}", ts, ("a",), ()), None)
+
+
+def ev(offset: int, ts: float) -> Entry:
+    return Entry("evs", offset, Engagement("q", "a", "click", ts, None), None)
+
+
+def test_merges_topics_in_event_time_order() -> None:
+    aligner = Aligner(["imps", "evs"], clock=lambda: 0.0)
+    for e in (imp(0, 10), imp(1, 30), ev(0, 20), ev(1, 40)):
+        aligner.push(e)
+    order = []
+    while (entry := aligner.pop(lambda topic: True)) is not None:
+        order.append(entry.record.ts)  # type: ignore[union-attr]
+    assert order == [10, 20, 30, 40]
+
+
+def test_waits_for_a_topic_that_is_behind_then_gives_up_after_max_wait() -> None:
+    now = [0.0]
+    aligner = Aligner(["imps", "evs"], clock=lambda: now[0], max_wait=5.0)
+    aligner.push(imp(0, 10))
+    assert aligner.pop(lambda topic: topic == "imps") is None  # evs has data not fetched yet
+    now[0] = 4.9
+    assert aligner.pop(lambda topic: topic == "imps") is None
+    now[0] = 5.0
+    assert aligner.pop(lambda topic: topic == "imps") is not None
+
+
+def test_a_caught_up_topic_does_not_block() -> None:
+    aligner = Aligner(["imps", "evs"], clock=lambda: 0.0)
+    aligner.push(imp(0, 10))
+    assert aligner.pop(lambda topic: True) is not None
+
+
+def test_rejections_go_out_at_the_head_of_their_topic_in_offset_order() -> None:
+    aligner = Aligner(["imps", "evs"], clock=lambda: 0.0)
+    aligner.push(imp(0, 50))
+    aligner.push(Entry("imps", 1, Rejection("not_json", "x"), None))
+    aligner.push(ev(0, 10))
+    offsets = []
+    while (entry := aligner.pop(lambda topic: True)) is not None:
+        offsets.append((entry.topic, entry.offset))
+    assert offsets == [("evs", 0), ("imps", 0), ("imps", 1)]

@@ -1,0 +1,113 @@
+"""The Prometheus collector and the HTTP router, on a fresh registry, without a broker."""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+
+from streameval.config import load_settings
+from streameval.exporter import registry
+from streameval.http import Health, make_app
+from streameval.pipeline import Pipeline
+from streameval.records import Engagement, Impression
+from streameval.view import View, merge_snapshots
+
+T0 = 1_700_000_000.0
+
+
+def view_of(*pipelines: Pipeline, ready: bool = True) -> View:
+    snaps = [p.snapshot() for p in pipelines]
+    return View(
+        settings=pipelines[0].settings,
+        snapshot=merge_snapshots(snaps),
+        partition_watermarks={i: s.watermark for i, s in enumerate(snaps)},
+        consumer_lag={("imps", 0): 3},
+        latency_buckets=(("1.0", 2), ("+Inf", 3)),
+        latency_sum=4.5,
+        latency_count=3,
+        dead_lettered=Counter({("imps", "not_json"): 1}),
+        wall_time=T0 + 10_000,
+        last_commit=T0 + 9_990,
+        ready=ready,
+    )
+
+
+def fed_pipeline(model: str, hits: list[str], qid: str) -> Pipeline:
+    settings = load_settings(
+        None, {}, {"metrics": ["map@3", "ndcg@3"], "windows": ["1h"], "group_by": ["model"]}
+    )
+    p = Pipeline(settings)
+    p.process(Impression(qid, T0, ("a", "b", "c"), (model,)))
+    for item in hits:
+        p.process(Engagement(qid, item, "click", T0 + 1, None))
+    p.process(Impression(qid + "-flush", T0 + 1900, ("a",), (model,)))  # settles the first query
+    p.ingest(b"{oops", "imps", is_impression=True)
+    return p
+
+
+def test_headline_gauges_and_parts_from_two_partitions() -> None:
+    a = fed_pipeline("m", ["b"], "q1")  # AP@3 = (1/2)/1 = 0.5
+    b = fed_pipeline("m", ["a", "c"], "q2")  # AP@3 = (1 + 2/3)/2
+    reg = registry(lambda: view_of(a, b))
+    expected_map = (0.5 + (1 + 2 / 3) / 2) / 2
+    get = reg.get_sample_value
+    assert get("streameval_map", {"k": "3", "window": "1h", "model": "m"}) == expected_map
+    assert (
+        get("streameval_metric_sum", {"metric": "map", "k": "3", "window": "1h", "model": "m"})
+        == 0.5 + (1 + 2 / 3) / 2
+    )
+    assert get("streameval_queries", {"window": "1h", "model": "m"}) == 2
+    assert get("streameval_queries_with_relevant", {"window": "1h", "model": "m"}) == 2
+    assert get("streameval_settled_queries_total", {"model": "m"}) == 2
+    assert (
+        get("streameval_settled_metric_sum_total", {"metric": "map", "k": "3", "model": "m"})
+        == 0.5 + (1 + 2 / 3) / 2
+    )
+    assert get("streameval_provisional_queries", {"model": "m"}) == 2  # the two flush impressions
+    assert get("streameval_records_rejected_total", {"topic": "imps", "reason": "not_json"}) == 2
+    assert get("streameval_records_consumed_total", {"topic": "imps"}) == 2
+    assert get("streameval_open_queries") == 2
+    assert get("streameval_consumer_lag", {"topic": "imps", "partition": "0"}) == 3
+    assert get("streameval_processing_latency_seconds_count") == 3
+    assert get("streameval_checkpoint_age_seconds") == 10
+    assert get("streameval_ready") == 1
+
+
+def test_every_family_has_help_text() -> None:
+    reg = registry(lambda: view_of(fed_pipeline("m", ["b"], "q")))
+    for family in reg.collect():
+        assert family.documentation, family.name
+
+
+def call(app, path: str) -> tuple[str, str]:
+    status: list[str] = []
+    body = b"".join(
+        app(
+            {
+                "PATH_INFO": path,
+                "REQUEST_METHOD": "GET",
+                "wsgi.input": io.BytesIO(),
+                "SERVER_NAME": "x",
+                "SERVER_PORT": "1",
+                "wsgi.url_scheme": "http",
+                "QUERY_STRING": "",
+            },
+            lambda s, h: status.append(s),
+        )
+    )
+    return status[0], body.decode()
+
+
+def test_router() -> None:
+    now = [0.0]
+    view = view_of(fed_pipeline("m", ["b"], "q"), ready=False)
+    health = Health(clock=lambda: now[0])
+    app = make_app(registry(lambda: view), health, lambda: view)
+    assert call(app, "/metrics")[1].count("# HELP streameval_map ") == 1
+    assert call(app, "/healthz")[0].startswith("200")
+    assert call(app, "/readyz")[0].startswith("503")
+    status, page = call(app, "/")
+    assert status.startswith("200") and "settled map@3" in page and "model=m" in page
+    assert call(app, "/nope")[0].startswith("404")
+    now[0] = 100.0
+    assert call(app, "/healthz")[0].startswith("503")
