@@ -19,7 +19,7 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[2]
-BOOTSTRAP = os.environ.get("STREAMEVAL_TEST_BOOTSTRAP", "127.0.0.1:9092")
+BOOTSTRAP = os.environ.get("KAFKA_TEST_BOOTSTRAP", "127.0.0.1:9092")
 
 pytestmark = pytest.mark.integration
 
