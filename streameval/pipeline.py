@@ -88,29 +88,27 @@ class Pipeline:
 
     # --- input ---------------------------------------------------------------------------------
 
-    def decode_impression(self, raw: bytes | str, topic: str) -> Impression | Rejection:
-        """Decode one impression, counting it as consumed (and as rejected, if bad)."""
-        self.counters.consumed[topic] += 1
-        record = decode_impression(raw, self.settings.group_by)
-        if isinstance(record, Rejection):
-            self.counters.rejected[(topic, record.reason)] += 1
-        return record
+    def decode_impression(self, raw: bytes | str) -> Impression | Rejection:
+        """Decode one impression (counts nothing: records are counted when handled)."""
+        return decode_impression(raw, self.settings.group_by)
 
     def decode_event(self, raw: bytes | str, topic: str) -> Engagement | Rejection:
-        """Decode one engagement event, counting it as consumed (and as rejected, if bad)."""
+        """Decode one engagement event; ``topic`` may give it a default type."""
+        return decode_event(raw, self.settings.grades, self.settings.topic_types.get(topic))
+
+    def handle(self, topic: str, record: Impression | Engagement | Rejection) -> None:
+        """Count one decoded record of ``topic`` as consumed, and reject or process it."""
         self.counters.consumed[topic] += 1
-        record = decode_event(raw, self.settings.grades, self.settings.topic_types.get(topic))
         if isinstance(record, Rejection):
             self.counters.rejected[(topic, record.reason)] += 1
-        return record
+        else:
+            self.process(record)
 
     def ingest(self, raw: bytes | str, topic: str, is_impression: bool) -> Rejection | None:
-        """Decode and process one record; a bad one is counted and its Rejection returned."""
-        record = self.decode_impression(raw, topic) if is_impression else self.decode_event(raw, topic)
-        if isinstance(record, Rejection):
-            return record
-        self.process(record)
-        return None
+        """Decode and handle one record; a bad one is counted and its Rejection returned."""
+        record = self.decode_impression(raw) if is_impression else self.decode_event(raw, topic)
+        self.handle(topic, record)
+        return record if isinstance(record, Rejection) else None
 
     def process(self, record: Impression | Engagement) -> None:
         """Apply one decoded record, then advance the watermark to it."""

@@ -142,7 +142,10 @@ def decode_impression(raw: bytes | str, group_by: Collection[str]) -> Impression
             raise _Bad("wrong_type", f"items is {type(items).__name__}, not an array")
         if not items:
             raise _Bad("empty_items", "items is an empty list")
-        ids = tuple(_item_id(item, f"items[{i}]") for i, item in enumerate(items))
+        if all(type(item) is str for item in items):
+            ids = tuple(items)
+        else:
+            ids = tuple(_item_id(item, f"items[{i}]") for i, item in enumerate(items))
         group = []
         for name in group_by:
             value = obj.get(name)

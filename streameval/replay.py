@@ -73,24 +73,24 @@ def run_replay(
     pipeline = Pipeline(settings, wall_clock=None, remember_until_end=True)
     records: list[Impression | Engagement] = []
     read = 0
-    for raw in _lines(impressions):
-        impression = pipeline.decode_impression(raw, settings.impressions_topic)
-        if not isinstance(impression, Rejection):
-            records.append(impression)
-        read += 1
-        progress.update("read", read)
-    for path in events:
-        topic = Path(path).stem
+    topics: list[str] = []  # the topic of each kept record, by position
+    sources = [(impressions, settings.impressions_topic, True)]
+    sources += [(path, Path(path).stem, False) for path in events]
+    for path, topic, is_impression in sources:
         for raw in _lines(path):
-            event = pipeline.decode_event(raw, topic)
-            if not isinstance(event, Rejection):
-                records.append(event)
+            record = pipeline.decode_impression(raw) if is_impression else pipeline.decode_event(raw, topic)
+            if isinstance(record, Rejection):
+                pipeline.handle(topic, record)
+            else:
+                records.append(record)
+                topics.append(topic)
             read += 1
             progress.update("read", read)
-    records.sort(key=lambda r: r.ts)  # stable: impressions first at equal times
-    for done, record in enumerate(records, start=1):
-        pipeline.process(record)
-        progress.update("processed", done, len(records))
+    # stable sort: impressions first at equal times, file order otherwise
+    order = sorted(range(len(records)), key=lambda i: records[i].ts)
+    for done, i in enumerate(order, start=1):
+        pipeline.handle(topics[i], records[i])
+        progress.update("processed", done, len(order))
     pipeline.finish()
     return pipeline
 

@@ -25,6 +25,7 @@ class _Ring:
         self.window = window
         self.resolution = window.seconds / BUCKETS_PER_WINDOW
         self.buckets: dict[int, dict[tuple[str, ...], Sums]] = {}
+        self._evicted_below = -math.inf
 
     def first_live_bucket(self, frontier: float) -> float:
         """Buckets with an index below this are entirely at or before ``frontier - w``."""
@@ -34,6 +35,9 @@ class _Ring:
 
     def evict(self, frontier: float) -> None:
         low = self.first_live_bucket(frontier)
+        if low <= self._evicted_below:  # the frontier has not crossed a bucket boundary
+            return
+        self._evicted_below = low
         for index in [i for i in self.buckets if i < low]:
             del self.buckets[index]
 

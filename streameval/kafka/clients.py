@@ -33,6 +33,8 @@ _CONSUMER_ONLY = {
     "group_instance_id",
     "isolation_level",
     "auto_offset_reset",
+    "enable_incremental_fetch_sessions",
+    "check_crcs",
 }
 _PRODUCER_ONLY = {
     "acks",

@@ -125,6 +125,7 @@ class ConsumerLoop:
 
     def run_once(self) -> int:
         """One poll and everything it allows; returns the number of records processed."""
+        _release_parked_fetches(self.consumer)
         batches = self.consumer.poll(timeout_ms=POLL_TIMEOUT_MS)
         for tp, messages in batches.items():
             state = self.partitions.get(tp.partition)
@@ -143,7 +144,7 @@ class ConsumerLoop:
     def _decode(self, pipeline: Pipeline, topic: str, message: Any) -> Entry:
         raw = message.value if message.value is not None else b""
         if topic == self.settings.impressions_topic:
-            record: Any = pipeline.decode_impression(raw, topic)
+            record: Any = pipeline.decode_impression(raw)
         else:
             record = pipeline.decode_event(raw, topic)
         return Entry(topic, message.offset, record, message)
@@ -168,10 +169,9 @@ class ConsumerLoop:
             entry = state.aligner.pop(caught_up)
             if entry is None:
                 break
+            state.pipeline.handle(entry.topic, entry.record)
             if isinstance(entry.record, Rejection):
                 self._dead_letter(partition, entry, entry.record)
-            else:
-                state.pipeline.process(entry.record)
             timestamp = getattr(entry.message, "timestamp", None)
             if timestamp is not None and timestamp > 0:
                 self.latency.observe(now - timestamp / 1000.0)
@@ -274,3 +274,22 @@ class ConsumerLoop:
         finally:
             self.producer.close(timeout=10)
             self.consumer.close(autocommit=False)
+
+
+def _release_parked_fetches(consumer: KafkaConsumer) -> None:
+    """Work around a kafka-python 3.0.12 stall after pause()/resume().
+
+    The fetcher parks records it fetched for a paused partition (KAFKA-7548) and never fetches
+    that partition again while they are parked. After resume() it restores them only when its
+    current record set ``is None``, but an exhausted record set stays in place and is merely
+    falsy, so the parked data -- and the partition -- can stay stuck forever (seen here on a
+    backlog larger than PAUSE_ABOVE). Everywhere else the fetcher treats a falsy record set as
+    "none", so replacing an exhausted one by None changes nothing but lets the restore run.
+    Guarded so that a client without these attributes is left alone.
+    """
+    fetcher = getattr(consumer, "_fetcher", None)
+    if fetcher is None or not getattr(fetcher, "_paused_partition_records", None):
+        return
+    current = getattr(fetcher, "_next_partition_records", None)
+    if current is not None and not current:
+        fetcher._next_partition_records = None

@@ -186,7 +186,19 @@ class Daemon:
             if predicate(last):
                 return last
             time.sleep(0.5)
-        raise AssertionError(f"timed out waiting for {what}; daemon log:\n{self.output()[-3000:]}")
+        state = {
+            name: value(last, name)
+            for name in (
+                "streameval_records_consumed_total",
+                "streameval_open_queries",
+                "streameval_orphans_held",
+                "streameval_consumer_lag",
+                "streameval_ready",
+            )
+        }
+        raise AssertionError(
+            f"timed out waiting for {what}; last {state}; daemon log:\n{self.output()[-3000:]}"
+        )
 
     def stop(self, sig: int = 15, timeout: float = 60.0) -> int:
         if self.proc.poll() is None:

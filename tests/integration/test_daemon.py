@@ -225,6 +225,27 @@ def test_backlog_gives_the_same_values_as_a_slow_feed(tmp_path, topics: Topics, 
     assert_metrics_equal_replay(backlog_metrics, report)
 
 
+def test_a_backlog_larger_than_the_buffers_pauses_resumes_and_loses_nothing(
+    tmp_path, topics, daemons
+) -> None:
+    """More impressions in one partition than PAUSE_ABOVE: the loop must pause and resume it."""
+    from streameval.kafka.loop import PAUSE_ABOVE
+
+    log = random_log(random.Random(4), n_queries=PAUSE_ABOVE + 1500, t0=T0, span=3600.0, horizon=10.0)
+    impressions, events = time_ordered(log.impressions), time_ordered(log.events)
+    topics.create(partitions=1)
+    topics.produce(topics.impressions, impressions)
+    topics.produce(topics.clicks, events)
+    config = topics.config(tmp_path / "big.toml", **DAEMON_CONFIG)
+    daemon = Daemon(config)
+    daemons.append(daemon)
+    metrics = daemon.wait_until(
+        settled(len(impressions) + len(events)), timeout=180, what="big backlog settled"
+    )
+    assert_metrics_equal_replay(metrics, replay_report(tmp_path, config, impressions, events))
+    assert daemon.stop() == 0
+
+
 def test_sigterm_exits_zero_with_offsets_committed(tmp_path, topics: Topics, daemons) -> None:
     impressions, events, _ = make_log(3)
     topics.create(partitions=2)
