@@ -30,6 +30,26 @@ from streameval.windows import WindowedSums
 OTHER_GROUP = "__other__"
 
 
+class GroupCap:
+    """The ``max_groups`` cap: the first groups seen keep their labels, later ones fold into
+    ``__other__``. One cap can be shared by several pipelines (the daemon's partitions), so the
+    cap holds for everything an instance exports."""
+
+    def __init__(self, max_groups: int, n_labels: int) -> None:
+        self.max_groups = max_groups
+        self.known: set[tuple[str, ...]] = set()
+        self.other = (OTHER_GROUP,) * n_labels
+
+    def map(self, labels: tuple[str, ...]) -> tuple[str, ...] | None:
+        """The labels to use, or None when they are folded into ``other``."""
+        if labels in self.known:
+            return labels
+        if len(self.known) < self.max_groups:
+            self.known.add(labels)
+            return labels
+        return None
+
+
 @dataclass
 class Counters:
     """Everything counted about the input, cumulative."""
@@ -65,6 +85,7 @@ class Pipeline:
         settings: Settings,
         wall_clock: Callable[[], float] | None = None,
         remember_until_end: bool = False,
+        group_cap: GroupCap | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = settings.metrics
@@ -83,8 +104,7 @@ class Pipeline:
         self.counters = Counters()
         self.settled_totals: dict[tuple[str, ...], Sums] = {}
         self.provisional: dict[tuple[str, ...], Sums] = {}
-        self._groups: set[tuple[str, ...]] = set()
-        self._other = (OTHER_GROUP,) * len(settings.group_by)
+        self.group_cap = group_cap or GroupCap(settings.max_groups, len(settings.group_by))
 
     # --- input ---------------------------------------------------------------------------------
 
@@ -132,13 +152,11 @@ class Pipeline:
             self.windows.advance(watermark - self.joiner.max_horizon)
 
     def _group(self, labels: tuple[str, ...]) -> tuple[str, ...]:
-        if labels in self._groups:
-            return labels
-        if len(self._groups) < self.settings.max_groups:
-            self._groups.add(labels)
-            return labels
-        self.counters.groups_folded += 1
-        return self._other
+        mapped = self.group_cap.map(labels)
+        if mapped is None:
+            self.counters.groups_folded += 1
+            return self.group_cap.other
+        return mapped
 
     # --- JoinSink ------------------------------------------------------------------------------
 

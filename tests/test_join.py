@@ -194,3 +194,18 @@ def test_impression_after_its_settling_time_is_dropped_as_late() -> None:
     p.process(imp("now", ts=T0 + 4000))
     p.process(imp("q", ts=T0))  # T0 + 1800 < watermark T0 + 3990
     assert p.counters.late_impressions == 1 and "q" not in p.joiner.open
+
+
+def test_a_shared_group_cap_holds_across_pipelines() -> None:
+    from streameval.pipeline import GroupCap
+
+    settings = settings_(max_groups=2)
+    cap = GroupCap(settings.max_groups, len(settings.group_by))
+    a, b = Pipeline(settings, group_cap=cap), Pipeline(settings, group_cap=cap)
+    a.process(Impression("q0", T0, ("a",), ("m0", "s")))
+    b.process(Impression("q1", T0, ("a",), ("m1", "s")))
+    b.process(Impression("q2", T0, ("a",), ("m2", "s")))
+    a.process(Impression("q3", T0, ("a",), ("m0", "s")))
+    assert set(a.provisional) == {("m0", "s")}
+    assert set(b.provisional) == {("m1", "s"), ("__other__", "__other__")}
+    assert b.counters.groups_folded == 1

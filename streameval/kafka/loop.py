@@ -21,7 +21,7 @@ from kafka.errors import KafkaError
 
 from streameval.config import Settings
 from streameval.kafka.align import Aligner, Entry
-from streameval.pipeline import Pipeline
+from streameval.pipeline import GroupCap, Pipeline
 from streameval.records import Rejection
 from streameval.view import Latency, View, merge_snapshots
 
@@ -72,6 +72,7 @@ class ConsumerLoop:
         self.wall_clock = wall_clock
         self.topics = (settings.impressions_topic, *settings.events_topics)
         self.partitions: dict[int, PartitionState] = {}
+        self.group_cap = GroupCap(settings.max_groups, len(settings.group_by))
         self.latency = Latency()
         self.latency_count = 0
         self.dead_lettered: Counter[tuple[str, str]] = Counter()
@@ -102,7 +103,7 @@ class ConsumerLoop:
             state = self.partitions.get(p)
             if state is None:
                 self.partitions[p] = PartitionState(
-                    Pipeline(self.settings, wall_clock=self.wall_clock),
+                    Pipeline(self.settings, wall_clock=self.wall_clock, group_cap=self.group_cap),
                     Aligner(self.topics, self.wall_clock, max_wait=ALIGN_MAX_WAIT_S),
                 )
                 continue
