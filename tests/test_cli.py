@@ -13,6 +13,7 @@ import pytest
 from tests.logs import random_log
 
 ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ("--impressions", "examples/impressions.jsonl", "--events", "examples/clicks.jsonl")
 
 
 def streameval(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -27,17 +28,7 @@ def streameval(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
 
 
 def test_replay_shipped_example_json() -> None:
-    out = streameval(
-        "replay",
-        "--impressions",
-        "examples/impressions.jsonl",
-        "--events",
-        "examples/clicks.jsonl",
-        "--events",
-        "examples/purchases.jsonl",
-        "--format",
-        "json",
-    )
+    out = streameval("replay", *EXAMPLE, "--events", "examples/purchases.jsonl", "--format", "json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert set(report) == {"overall", "groups", "inputs"}
@@ -93,14 +84,7 @@ def test_errors_are_one_line_without_traceback(args, needle) -> None:
 def test_env_config_error_names_the_variable() -> None:
     import os
 
-    out = streameval(
-        "replay",
-        "--impressions",
-        "examples/impressions.jsonl",
-        "--events",
-        "examples/clicks.jsonl",
-        env={**os.environ, "STREAMEVAL_WINDOWS": "forever"},
-    )
+    out = streameval("replay", *EXAMPLE, env={**os.environ, "STREAMEVAL_WINDOWS": "forever"})
     assert out.returncode == 2 and "STREAMEVAL_WINDOWS" in out.stderr and "Traceback" not in out.stderr
 
 

@@ -6,7 +6,14 @@ from hypothesis import strategies as st
 
 from streameval.config import load_settings
 from streameval.pipeline import Pipeline
-from streameval.records import Engagement, Impression, Rejection, decode_event, decode_impression
+from streameval.records import (
+    REJECT_REASONS,
+    Engagement,
+    Impression,
+    Rejection,
+    decode_event,
+    decode_impression,
+)
 from tests.logs import BAD_EVENTS, BAD_IMPRESSIONS
 
 GRADES = {"click": 1.0, "purchase": 2.0}
@@ -109,12 +116,17 @@ def test_arbitrary_json_objects_never_raise(obj) -> None:
     pipeline = Pipeline(load_settings(None, {}, {}))
     for is_impression in (True, False):
         rejection = pipeline.ingest(raw, "t", is_impression=is_impression)
-        assert rejection is None or rejection.reason in {
-            "not_json",
-            "not_object",
-            "missing_field",
-            "wrong_type",
-            "unknown_event_type",
-            "empty_items",
-        }
+        assert rejection is None or rejection.reason in REJECT_REASONS
     pipeline.finish()
+
+
+def test_the_reason_vocabulary_is_the_documented_one() -> None:
+    # the README's table of reasons; dashboards and alerts match on these label values
+    assert REJECT_REASONS == (
+        "not_json",
+        "not_object",
+        "missing_field",
+        "wrong_type",
+        "unknown_event_type",
+        "empty_items",
+    )

@@ -227,11 +227,16 @@ class ConsumerLoop:
                     offsets[TopicPartition(topic, p)] = OffsetAndMetadata(offset, "", -1)
         if not offsets:
             return
-        self.producer.flush()
-        if wait:
-            self.consumer.commit(offsets)
-        else:
-            self.consumer.commit_async(offsets)
+        try:
+            self.producer.flush(timeout=30)
+            if wait:
+                self.consumer.commit(offsets)
+            else:
+                self.consumer.commit_async(offsets)
+        except KafkaError as exc:
+            # offsets are cumulative: what is not committed now is committed next time
+            log.warning("commit failed, will retry in %.0f s: %s", COMMIT_INTERVAL_S, exc)
+            return
         for tp, meta in offsets.items():
             if tp.partition in self.partitions:
                 self.partitions[tp.partition].committed[tp.topic] = meta.offset
