@@ -57,6 +57,8 @@ class OpenQuery:
 class JoinSink(Protocol):
     """What the join tells the pipeline."""
 
+    def group_of(self, labels: tuple[str, ...]) -> tuple[str, ...]: ...
+
     def opened(self, query: OpenQuery) -> None: ...
 
     def changed(
@@ -99,7 +101,7 @@ class Joiner:
 
     # --- records -------------------------------------------------------------------------------
 
-    def impression(self, imp: Impression, group: tuple[str, ...], watermark: float) -> None:
+    def impression(self, imp: Impression, watermark: float) -> None:
         """Open a query (unless its id is known: then it is a duplicate) and claim its orphans."""
         if imp.query_id in self.open or imp.query_id in self.tombstones:
             self.sink.duplicate("impressions")
@@ -108,6 +110,7 @@ class Joiner:
             # it would settle at once, after its events were judged without it
             self.sink.late_impression()
             return
+        group = self.sink.group_of(imp.group)
         query = OpenQuery(imp.query_id, imp.ts, group, self.scorer.new(imp.items))
         self.open[imp.query_id] = query
         heapq.heappush(self._settle_at, (imp.ts + self.max_horizon, next(self._seq), imp.query_id))
@@ -186,8 +189,9 @@ class Joiner:
         while expiry and expiry[0][0] < watermark:
             event = heapq.heappop(expiry)[2]
             waiting = self.orphans.get(event.query_id)
-            if waiting is not None and any(e is event for e in waiting):
-                waiting.remove(event)
+            index = next((i for i, e in enumerate(waiting or ()) if e is event), None)
+            if waiting is not None and index is not None:  # else its impression claimed it
+                del waiting[index]
                 if not waiting:
                     del self.orphans[event.query_id]
                 self.orphan_count -= 1

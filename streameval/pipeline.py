@@ -133,7 +133,7 @@ class Pipeline:
     def process(self, record: Impression | Engagement) -> None:
         """Apply one decoded record, then advance the watermark to it."""
         if isinstance(record, Impression):
-            self.joiner.impression(record, self._group(record.group), self.watermark.value)
+            self.joiner.impression(record, self.watermark.value)
         else:
             self.joiner.event(record, self.watermark.value)
         self._advance(self.watermark.observe(record.ts))
@@ -151,14 +151,14 @@ class Pipeline:
         if not math.isinf(watermark):
             self.windows.advance(watermark - self.joiner.max_horizon)
 
-    def _group(self, labels: tuple[str, ...]) -> tuple[str, ...]:
+    # --- JoinSink ------------------------------------------------------------------------------
+
+    def group_of(self, labels: tuple[str, ...]) -> tuple[str, ...]:
         mapped = self.group_cap.map(labels)
         if mapped is None:
             self.counters.groups_folded += 1
             return self.group_cap.other
         return mapped
-
-    # --- JoinSink ------------------------------------------------------------------------------
 
     def _sums(self, table: dict[tuple[str, ...], Sums], group: tuple[str, ...]) -> Sums:
         sums = table.get(group)

@@ -209,3 +209,12 @@ def test_a_shared_group_cap_holds_across_pipelines() -> None:
     assert set(a.provisional) == {("m0", "s")}
     assert set(b.provisional) == {("m1", "s"), ("__other__", "__other__")}
     assert b.counters.groups_folded == 1
+
+
+def test_a_duplicate_impression_takes_no_group_slot() -> None:
+    p = Pipeline(settings_(max_groups=1), remember_until_end=True)
+    p.process(Impression("q", T0, ("a",), ("m0", "s")))
+    p.process(Impression("q", T0 + 1, ("a",), ("m9", "s")))  # a duplicate, of another group
+    p.process(Impression("r", T0 + 2, ("a",), ("m0", "s")))
+    p.finish()
+    assert set(p.settled_totals) == {("m0", "s")} and p.counters.groups_folded == 0
