@@ -93,7 +93,6 @@ class View:
     consumer_lag: Mapping[tuple[str, int], int]
     latency_buckets: tuple[tuple[str, int], ...]
     latency_sum: float
-    latency_count: int
     dead_lettered: Mapping[tuple[str, str], int]
     wall_time: float
     last_commit: float | None
@@ -108,7 +107,6 @@ def empty_view(settings: Settings, wall_time: float) -> View:
         consumer_lag={},
         latency_buckets=tuple(Latency().cumulative()),
         latency_sum=0.0,
-        latency_count=0,
         dead_lettered=Counter(),
         wall_time=wall_time,
         last_commit=None,

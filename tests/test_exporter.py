@@ -24,7 +24,6 @@ def view_of(*pipelines: Pipeline, ready: bool = True) -> View:
         consumer_lag={("imps", 0): 3},
         latency_buckets=(("1.0", 2), ("+Inf", 3)),
         latency_sum=4.5,
-        latency_count=3,
         dead_lettered=Counter({("imps", "not_json"): 1}),
         wall_time=T0 + 10_000,
         last_commit=T0 + 9_990,

@@ -74,7 +74,6 @@ class ConsumerLoop:
         self.partitions: dict[int, PartitionState] = {}
         self.group_cap = GroupCap(settings.max_groups, len(settings.group_by))
         self.latency = Latency()
-        self.latency_count = 0
         self.dead_lettered: Counter[tuple[str, str]] = Counter()
         self.last_commit: float | None = None
         self.ready = False
@@ -176,7 +175,6 @@ class ConsumerLoop:
             timestamp = getattr(entry.message, "timestamp", None)
             if timestamp is not None and timestamp > 0:
                 self.latency.observe(now - timestamp / 1000.0)
-                self.latency_count += 1
             state.next_offsets[entry.topic] = entry.offset + 1
             processed += 1
         if not len(state.aligner) and all(caught_up(t) for t in self.topics):
@@ -265,7 +263,6 @@ class ConsumerLoop:
             consumer_lag=lag,
             latency_buckets=tuple(self.latency.cumulative()),
             latency_sum=self.latency.total,
-            latency_count=self.latency_count,
             dead_lettered=Counter(self.dead_lettered),
             wall_time=now,
             last_commit=self.last_commit,
