@@ -86,7 +86,7 @@ def make_app(
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/")
         if path == "/metrics":
-            return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+            return metrics_app(environ, start_response)
         if path == "/healthz":
             ok = health.alive()
             return _text(

@@ -120,7 +120,7 @@ def build_report(pipeline: Pipeline) -> dict[str, Any]:
     return {
         "overall": _block(overall, pipeline),
         "groups": [
-            {"labels": dict(zip(group_by, labels, strict=True)), **_block(sums, pipeline)}  # type: ignore[call-overload]
+            {"labels": dict(zip(group_by, labels, strict=True)), **_block(sums, pipeline)}
             for labels, sums in groups
         ],
         "inputs": {
