@@ -184,11 +184,11 @@ class ConsumerLoop:
     def _dead_letter(self, partition: int, entry: Entry, rejection: Rejection) -> None:
         message = entry.message
         headers = [
-            ("streameval.reason", rejection.reason.encode()),
-            ("streameval.detail", rejection.detail.encode("utf-8", "replace")),
-            ("streameval.topic", entry.topic.encode()),
-            ("streameval.partition", str(partition).encode()),
-            ("streameval.offset", str(entry.offset).encode()),
+            ("reason", rejection.reason.encode()),
+            ("detail", rejection.detail.encode("utf-8", "replace")),
+            ("topic", entry.topic.encode()),
+            ("partition", str(partition).encode()),
+            ("offset", str(entry.offset).encode()),
         ]
         self.producer.send(
             self.settings.dead_letter_topic, value=message.value, key=message.key, headers=headers

@@ -138,12 +138,12 @@ def test_daemon_equals_replay_and_dead_letters_bad_records(tmp_path, topics: Top
     reasons: dict[str, int] = {}
     for message in dead:
         headers = dict(message.headers)
-        reasons[headers["streameval.reason"].decode()] = (
-            reasons.get(headers["streameval.reason"].decode(), 0) + 1
+        reasons[headers["reason"].decode()] = (
+            reasons.get(headers["reason"].decode(), 0) + 1
         )
-        source = headers["streameval.topic"].decode()
+        source = headers["topic"].decode()
         assert source in (topics.impressions, topics.clicks, topics.purchases)
-        assert int(headers["streameval.offset"]) >= 0 and int(headers["streameval.partition"]) in range(3)
+        assert int(headers["offset"]) >= 0 and int(headers["partition"]) in range(3)
         assert message.value in impressions + events
     assert reasons == dict(log.rejected)
 
