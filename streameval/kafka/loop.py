@@ -10,6 +10,7 @@ dead-letter producer has flushed, so no rejected record is lost.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 COMMIT_INTERVAL_S = 5.0
 PUBLISH_INTERVAL_S = 0.5
 POLL_TIMEOUT_MS = 200
+STATUS_LOG_INTERVAL_S = 60.0
 PAUSE_ABOVE = 5_000  # buffered records of one topic-partition before it is paused
 RESUME_BELOW = 1_000
 ALIGN_MAX_WAIT_S = 5.0  # longest wait for a topic that is behind before the others go on
@@ -80,6 +82,8 @@ class ConsumerLoop:
         self.view: View | None = None
         self._next_commit = 0.0
         self._next_publish = 0.0
+        self._next_status = time.monotonic() + STATUS_LOG_INTERVAL_S
+        self._processed_since_status = 0
         self._paused: set[TopicPartition] = set()
 
     def subscribe(self) -> None:
@@ -138,8 +142,26 @@ class ConsumerLoop:
         now = self.wall_clock()
         if now >= self._next_commit:
             self.commit()
-        self.publish()
+        view = self.publish()
+        self._processed_since_status += processed
+        if time.monotonic() >= self._next_status:
+            self._log_status(view)
         return processed
+
+    def _log_status(self, view: View) -> None:
+        """One line a minute, so a long backlog shows its progress in the log."""
+        self._next_status = time.monotonic() + STATUS_LOG_INTERVAL_S
+        watermark = view.snapshot.watermark
+        log.info(
+            "processed %d records in the last %.0f s; lag %d; %d open queries, %d orphans; watermark %s",
+            self._processed_since_status,
+            STATUS_LOG_INTERVAL_S,
+            sum(view.consumer_lag.values()),
+            view.snapshot.open_queries,
+            view.snapshot.orphans_held,
+            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(watermark)) if math.isfinite(watermark) else "-",
+        )
+        self._processed_since_status = 0
 
     def _decode(self, pipeline: Pipeline, topic: str, message: Any) -> Entry:
         raw = message.value if message.value is not None else b""
