@@ -290,6 +290,32 @@ def _parse_text(key: str, text: str) -> Any:
         return text
 
 
+#: Parts of [kafka] setting names whose values are always strings (never parsed as numbers).
+_KAFKA_STRING_PARTS = (
+    "password",
+    "username",
+    "secret",
+    "token",
+    "file",
+    "location",
+    "mechanism",
+    "protocol",
+    "name",
+    "id",
+    "servers",
+    "type",
+    "algorithm",
+)
+
+
+def _parse_kafka_text(key: str, text: str) -> Any:
+    """A ``STREAMEVAL_KAFKA_<KEY>`` value: a string for names, secrets and paths (a password of
+    digits stays a string), else a TOML value (``10000``, ``true``)."""
+    if any(part in key for part in _KAFKA_STRING_PARTS):
+        return text
+    return _parse_text("kafka", text)
+
+
 def read_toml(path: str) -> dict[str, Any]:
     """Read a TOML config file; every failure is a ConfigError naming the file."""
     try:
@@ -324,7 +350,8 @@ def load_settings(
             sources[key] = f"{config_path}: key {key!r}"
     for name, text in sorted((env or {}).items()):
         if name.startswith(KAFKA_ENV_PREFIX):
-            kafka[name[len(KAFKA_ENV_PREFIX) :].lower()] = _parse_text("kafka", text)
+            kafka_key = name[len(KAFKA_ENV_PREFIX) :].lower()
+            kafka[kafka_key] = _parse_kafka_text(kafka_key, text)
             raw["kafka"] = kafka
             sources.setdefault("kafka", f"environment variable {name}")
         elif name.startswith(ENV_PREFIX):

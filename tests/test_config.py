@@ -93,3 +93,17 @@ def test_bad_toml_and_unknown_env(tmp_path) -> None:
 )
 def test_durations(text, seconds) -> None:
     assert parse_duration(text) == seconds
+
+
+def test_kafka_env_secrets_stay_strings_and_numbers_parse() -> None:
+    s = load_settings(
+        None,
+        {
+            "STREAMEVAL_KAFKA_SASL_PLAIN_PASSWORD": "123456",
+            "STREAMEVAL_KAFKA_SASL_PLAIN_USERNAME": "true",
+            "STREAMEVAL_KAFKA_SESSION_TIMEOUT_MS": "10000",
+        },
+        {},
+    )
+    assert s.kafka["sasl_plain_password"] == "123456" and s.kafka["sasl_plain_username"] == "true"
+    assert s.kafka["session_timeout_ms"] == 10000

@@ -138,9 +138,7 @@ def test_daemon_equals_replay_and_dead_letters_bad_records(tmp_path, topics: Top
     reasons: dict[str, int] = {}
     for message in dead:
         headers = dict(message.headers)
-        reasons[headers["reason"].decode()] = (
-            reasons.get(headers["reason"].decode(), 0) + 1
-        )
+        reasons[headers["reason"].decode()] = reasons.get(headers["reason"].decode(), 0) + 1
         source = headers["topic"].decode()
         assert source in (topics.impressions, topics.clicks, topics.purchases)
         assert int(headers["offset"]) >= 0 and int(headers["partition"]) in range(3)
