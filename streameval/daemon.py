@@ -49,8 +49,46 @@ def run(settings: Settings) -> int:
         ", ".join(settings.events_topics),
         settings.redacted_kafka(),
     )
+    initial = empty_view(settings, time.time())
+    running: list[ConsumerLoop] = []  # the loop, once the clients are up
+
+    def view() -> View:
+        return (running[0].view if running else None) or initial
+
+    health = Health()
+    try:  # bind first: a taken port stops start-up before anything touches Kafka
+        server = HttpServer(
+            settings.metrics_host, settings.metrics_port, make_app(registry(view), health, view)
+        )
+    except OSError as exc:
+        raise InputError(
+            f"metrics_port: cannot listen on {settings.metrics_host}:{settings.metrics_port} ({exc.strerror})"
+        ) from None
+    server.start()
     stop = Stop()
     previous = {s: signal.signal(s, stop.handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        running.append(_connect(settings))
+        loop = running[0]
+        log.info("serving /metrics on http://%s:%d/", settings.metrics_host, server.port)
+        try:
+            loop.subscribe()
+            while not stop.requested:
+                loop.run_once()
+                health.beat()
+        finally:
+            log.info("stopping: committing offsets and closing clients")
+            loop.close()
+    finally:
+        server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    log.info("stopped cleanly")
+    return 0
+
+
+def _connect(settings: Settings) -> ConsumerLoop:
+    """Clients, topic checks and the dead-letter topic; raises with a clear message."""
     consumer = make_consumer(settings)
     try:
         partitions = check_topics(settings, consumer)
@@ -63,41 +101,5 @@ def run(settings: Settings) -> int:
     except BaseException:
         consumer.close(autocommit=False)
         raise
-    loop = ConsumerLoop(settings, consumer, producer)
-    initial = empty_view(settings, time.time())
-
-    def view() -> View:
-        return loop.view or initial
-
-    health = Health()
-    try:
-        server = HttpServer(
-            settings.metrics_host, settings.metrics_port, make_app(registry(view), health, view)
-        )
-    except OSError as exc:
-        loop.close()
-        raise InputError(
-            f"metrics_port: cannot listen on {settings.metrics_host}:{settings.metrics_port} ({exc.strerror})"
-        ) from None
-    server.start()
-    log.info(
-        "serving /metrics on http://%s:%d/ ; %d partition(s) per topic",
-        settings.metrics_host,
-        server.port,
-        partitions,
-    )
-    try:
-        loop.subscribe()
-        while not stop.requested:
-            loop.run_once()
-            health.beat()
-    finally:
-        log.info("stopping: committing offsets and closing clients")
-        try:
-            loop.close()
-        finally:
-            server.stop()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-    log.info("stopped cleanly")
-    return 0
+    log.info("%d partition(s) per input topic", partitions)
+    return ConsumerLoop(settings, consumer, producer)
