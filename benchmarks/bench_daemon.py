@@ -42,6 +42,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=20_000)
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
     parser.add_argument("--port", type=int, default=9471)
+    parser.add_argument("--daemon-log", default="/tmp/streameval-bench-daemon.log")
     args = parser.parse_args()
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     imps, evs = f"{prefix}.impressions", f"{prefix}.events"
@@ -74,8 +75,10 @@ def main() -> None:
             seen += len(batch)
     t_floor = time.perf_counter() - start
     consumer.close()
+    print(f"floor  bare consumer     {n / t_floor:10,.0f} rec/s  {t_floor:6.2f} s  1.00x", flush=True)
 
     start = time.perf_counter()
+    daemon_log = open(args.daemon_log, "wb")  # noqa: SIM115 (closed with the daemon)
     daemon = subprocess.Popen(
         [
             sys.executable,
@@ -99,7 +102,7 @@ def main() -> None:
         ],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=daemon_log,
     )
     try:
         while consumed(args.port) < n:
@@ -110,9 +113,9 @@ def main() -> None:
     finally:
         daemon.terminate()
         daemon.wait(timeout=60)
+        daemon_log.close()
     admin.delete_topics([imps, evs, f"{prefix}.dlq"])
     admin.close()
-    print(f"floor  bare consumer     {n / t_floor:10,.0f} rec/s  {t_floor:6.2f} s  1.00x")
     ratio = t_daemon / t_floor
     print(f"streameval run           {n / t_daemon:10,.0f} rec/s  {t_daemon:6.2f} s  {ratio:5.2f}x floor")
 

@@ -44,6 +44,7 @@ class PartitionState:
     pipeline: Pipeline
     aligner: Aligner
     next_offsets: dict[str, int] = field(default_factory=dict)  # topic -> first unprocessed
+    received: dict[str, int] = field(default_factory=dict)  # topic -> first not yet received
     committed: dict[str, int] = field(default_factory=dict)
 
 
@@ -94,10 +95,11 @@ class ConsumerLoop:
     def on_assigned(self, assigned: list[TopicPartition]) -> None:
         """Keep the state of partitions this instance still owns, drop the rest, open new ones.
 
-        Rebalances are eager: every partition is revoked before the new assignment, and the
-        consumer then resumes from the committed offsets. For partitions it keeps, the loop
-        discards what it fetched but did not process and seeks to the first unprocessed
-        offset, so nothing is processed twice or skipped.
+        Rebalances are eager: every partition is revoked before the new assignment. For a
+        partition it keeps, the loop keeps what it buffered and seeks each topic to the first
+        offset it has not received, so the fetch goes on exactly after the buffer whether the
+        client kept its fetch position or went back to the committed offset. A topic that has
+        received nothing starts, either way, where it would have.
         """
         owned = {tp.partition for tp in assigned}
         for p in [p for p in self.partitions if p not in owned]:
@@ -110,9 +112,11 @@ class ConsumerLoop:
                     Aligner(self.topics, self.wall_clock, max_wait=ALIGN_MAX_WAIT_S),
                 )
                 continue
-            state.aligner = Aligner(self.topics, self.wall_clock, max_wait=ALIGN_MAX_WAIT_S)
-            for topic, offset in state.next_offsets.items():
+            for topic, offset in state.received.items():
                 self.consumer.seek(TopicPartition(topic, p), offset)
+        # the client may or may not keep a re-assigned partition paused: start from "none paused"
+        if assigned:
+            self.consumer.resume(*assigned)
         self._paused.clear()
         log.info("assigned partitions %s", sorted(owned))
         self.ready = True
@@ -137,6 +141,8 @@ class ConsumerLoop:
                 continue
             for message in messages:
                 state.aligner.push(self._decode(state.pipeline, tp.topic, message))
+            if messages:
+                state.received[tp.topic] = messages[-1].offset + 1
         processed = sum(self._drain(p, state) for p, state in self.partitions.items())
         self._flow_control()
         now = self.wall_clock()

@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import NewTopic
 
 from streameval.config import load_settings
 from streameval.replay import build_report, run_replay
@@ -240,6 +241,35 @@ def test_a_backlog_larger_than_the_buffers_pauses_resumes_and_loses_nothing(
     metrics = daemon.wait_until(
         settled(len(impressions) + len(events)), timeout=180, what="big backlog settled"
     )
+    assert_metrics_equal_replay(metrics, replay_report(tmp_path, config, impressions, events))
+    assert daemon.stop() == 0
+
+
+def test_rebalances_that_keep_the_partitions_lose_and_repeat_nothing(tmp_path, topics, daemons) -> None:
+    """A member joining and leaving the group (on another topic) makes the daemon revoke and get
+    back all its partitions mid-backlog: it must keep its buffers and go on exactly after them."""
+    log = random_log(random.Random(5), n_queries=12000, t0=T0, span=3600.0, horizon=10.0)
+    impressions, events = time_ordered(log.impressions), time_ordered(log.events)
+    topics.create(partitions=3)
+    other = f"{topics.prefix}.other"
+    topics.admin.create_topics(
+        [NewTopic(other, num_partitions=1, replication_factor=1)], wait_for_metadata=True
+    )
+    topics.produce(topics.impressions, impressions)
+    topics.produce(topics.clicks, events)
+    config = topics.config(tmp_path / "c.toml", **DAEMON_CONFIG)
+    daemon = Daemon(config)
+    daemons.append(daemon)
+    daemon.wait_until(lambda m: value(m, "streameval_ready") == 1, what="partitions assigned")
+    for _ in range(2):
+        member = KafkaConsumer(other, bootstrap_servers=topics.bootstrap, group_id=topics.group)
+        deadline = time.time() + 20
+        while not member.assignment() and time.time() < deadline:
+            member.poll(timeout_ms=200)
+        member.close()
+    total = len(impressions) + len(events)
+    metrics = daemon.wait_until(settled(total), timeout=180, what="settled after rebalances")
+    assert daemon.output().count("revoked partitions") >= 2
     assert_metrics_equal_replay(metrics, replay_report(tmp_path, config, impressions, events))
     assert daemon.stop() == 0
 
