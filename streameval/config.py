@@ -290,28 +290,35 @@ def _parse_text(key: str, text: str) -> Any:
         return text
 
 
-#: Parts of [kafka] setting names whose values are always strings (never parsed as numbers).
-_KAFKA_STRING_PARTS = (
-    "password",
-    "username",
-    "secret",
-    "token",
-    "file",
-    "location",
-    "mechanism",
-    "protocol",
-    "name",
-    "id",
-    "servers",
-    "type",
-    "algorithm",
+#: Words of [kafka] setting names whose values are always strings (never parsed as numbers).
+_KAFKA_STRING_WORDS = frozenset(
+    {
+        "password",
+        "username",
+        "secret",
+        "token",
+        "file",
+        "cafile",
+        "certfile",
+        "keyfile",
+        "crlfile",
+        "location",
+        "mechanism",
+        "protocol",
+        "name",
+        "id",
+        "servers",
+        "type",
+        "algorithm",
+    }
 )
 
 
 def _parse_kafka_text(key: str, text: str) -> Any:
     """A ``STREAMEVAL_KAFKA_<KEY>`` value: a string for names, secrets and paths (a password of
-    digits stays a string), else a TOML value (``10000``, ``true``)."""
-    if any(part in key for part in _KAFKA_STRING_PARTS):
+    digits stays a string), else a TOML value (``10000``, ``true``). Whole words of the name
+    count: ``client_id`` is a string, ``enable_idempotence`` a boolean."""
+    if _KAFKA_STRING_WORDS.intersection(key.split("_")):
         return text
     return _parse_text("kafka", text)
 

@@ -102,8 +102,13 @@ def test_kafka_env_secrets_stay_strings_and_numbers_parse() -> None:
             "STREAMEVAL_KAFKA_SASL_PLAIN_PASSWORD": "123456",
             "STREAMEVAL_KAFKA_SASL_PLAIN_USERNAME": "true",
             "STREAMEVAL_KAFKA_SESSION_TIMEOUT_MS": "10000",
+            "STREAMEVAL_KAFKA_ENABLE_IDEMPOTENCE": "false",
+            "STREAMEVAL_KAFKA_SSL_CAFILE": "/etc/ca.pem",
+            "STREAMEVAL_KAFKA_CLIENT_ID": "42",
         },
         {},
     )
     assert s.kafka["sasl_plain_password"] == "123456" and s.kafka["sasl_plain_username"] == "true"
     assert s.kafka["session_timeout_ms"] == 10000
+    assert s.kafka["enable_idempotence"] is False
+    assert s.kafka["ssl_cafile"] == "/etc/ca.pem" and s.kafka["client_id"] == "42"
