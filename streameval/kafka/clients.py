@@ -81,6 +81,9 @@ def make_consumer(settings: Settings) -> KafkaConsumer:
         "partition_assignment_strategy": [RangePartitionAssignor],
         "session_timeout_ms": 10_000,
         "heartbeat_interval_ms": 3_000,
+        # also the rebalance timeout: how long the broker waits for members to rejoin. The loop
+        # polls every 200 ms, so 30 s is ample and bounds a stalled rebalance (default 300 s)
+        "max_poll_interval_ms": 30_000,
         "max_poll_records": 2_000,
         **_table(settings, _PRODUCER_ONLY),
     }

@@ -262,7 +262,9 @@ def test_rebalances_that_keep_the_partitions_lose_and_repeat_nothing(tmp_path, t
     daemons.append(daemon)
     daemon.wait_until(lambda m: value(m, "streameval_ready") == 1, what="partitions assigned")
     for _ in range(2):
-        member = KafkaConsumer(other, bootstrap_servers=topics.bootstrap, group_id=topics.group)
+        member = KafkaConsumer(
+            other, bootstrap_servers=topics.bootstrap, group_id=topics.group, max_poll_interval_ms=30_000
+        )
         deadline = time.time() + 20
         while not member.assignment() and time.time() < deadline:
             member.poll(timeout_ms=200)
