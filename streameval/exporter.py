@@ -6,11 +6,11 @@ Metric families (group labels are the ``group_by`` fields, e.g. ``model``, ``sur
 - ``streameval_<metric>{k,window,...}`` for each configured metric family (``map``, ``wmap``,
   ``ndcg``, ``recall``, ``precision``, ``mrr``): the mean over the settled queries of the
   window. No sample while no query counts.
-- ``streameval_metric_sum`` / ``streameval_metric_sum_squares{metric,k,window,...}``: sum and
+- ``streameval_metric_values`` / ``streameval_metric_squares{metric,k,window,...}``: sum and
   sum of squares of the per-query values (for ``wmap``: of |G|·AP) of those queries;
   ``streameval_queries``, ``streameval_queries_with_relevant``,
   ``streameval_relevant_items{window,...}``: their counts and Σ|G|.
-- ``streameval_settled_metric_sum_total``, ``..._squares_total``, ``streameval_settled_queries_total``,
+- ``streameval_settled_metric_values_total``, ``..._squares_total``, ``streameval_settled_queries_total``,
   ``streameval_settled_queries_with_relevant_total``, ``streameval_settled_relevant_items_total``:
   the same parts, cumulative over everything that settled.
 - ``streameval_provisional_<metric>{k,...}``, ``streameval_provisional_queries{...}``,
@@ -83,12 +83,12 @@ class StreamevalCollector(Collector):
         }
         part_labels = ["metric", "k", "window", *groups]
         metric_sum = GaugeMetricFamily(
-            "streameval_metric_sum",
+            "streameval_metric_values",
             "Sum of per-query values of settled queries in the window",
             labels=part_labels,
         )
         metric_sq = GaugeMetricFamily(
-            "streameval_metric_sum_squares",
+            "streameval_metric_squares",
             "Sum of squared per-query values of settled queries in the window",
             labels=part_labels,
         )
@@ -127,7 +127,7 @@ class StreamevalCollector(Collector):
         groups = list(view.settings.group_by)
         labels = ["metric", "k", *groups]
         total = CounterMetricFamily(
-            "streameval_settled_metric_sum", "Sum of per-query values of every settled query", labels=labels
+            "streameval_settled_metric_values", "Sum of per-query values of every settled query", labels=labels
         )
         squares = CounterMetricFamily(
             "streameval_settled_metric_squares",
@@ -231,7 +231,7 @@ class StreamevalCollector(Collector):
         )
         finite = {(str(p),): w for p, w in view.partition_watermarks.items() if math.isfinite(w)}
         yield _gauge(
-            "streameval_watermark_seconds",
+            "streameval_watermark_timestamp_seconds",
             "Event-time watermark (Unix seconds), per partition",
             ["partition"],
             finite,

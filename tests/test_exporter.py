@@ -5,12 +5,15 @@ from __future__ import annotations
 import io
 from collections import Counter
 
+from prometheus_client import generate_latest
+
 from streameval.config import load_settings
 from streameval.exporter import registry
 from streameval.http import Health, make_app
 from streameval.pipeline import Pipeline
 from streameval.records import Engagement, Impression
 from streameval.view import View, merge_snapshots
+from tests.promtool import check_metrics
 
 T0 = 1_700_000_000.0
 
@@ -52,14 +55,14 @@ def test_headline_gauges_and_parts_from_two_partitions() -> None:
     get = reg.get_sample_value
     assert get("streameval_map", {"k": "3", "window": "1h", "model": "m"}) == expected_map
     assert (
-        get("streameval_metric_sum", {"metric": "map", "k": "3", "window": "1h", "model": "m"})
+        get("streameval_metric_values", {"metric": "map", "k": "3", "window": "1h", "model": "m"})
         == 0.5 + (1 + 2 / 3) / 2
     )
     assert get("streameval_queries", {"window": "1h", "model": "m"}) == 2
     assert get("streameval_queries_with_relevant", {"window": "1h", "model": "m"}) == 2
     assert get("streameval_settled_queries_total", {"model": "m"}) == 2
     assert (
-        get("streameval_settled_metric_sum_total", {"metric": "map", "k": "3", "model": "m"})
+        get("streameval_settled_metric_values_total", {"metric": "map", "k": "3", "model": "m"})
         == 0.5 + (1 + 2 / 3) / 2
     )
     assert get("streameval_provisional_queries", {"model": "m"}) == 2  # the two flush impressions
@@ -70,6 +73,15 @@ def test_headline_gauges_and_parts_from_two_partitions() -> None:
     assert get("streameval_processing_latency_seconds_count") == 3
     assert get("streameval_checkpoint_age_seconds") == 10
     assert get("streameval_ready") == 1
+
+
+def test_scrape_passes_promtool_check_metrics() -> None:
+    """Prometheus' own linter: no _sum/_count/_bucket outside histograms, _total only on
+    counters, HELP everywhere, base units."""
+    view = view_of(fed_pipeline("m", ["b"], "q1"), fed_pipeline("m", ["a", "c"], "q2"))
+    text = generate_latest(registry(lambda: view)).decode()
+    assert "streameval_provisional_map" in text and "streameval_watermark_timestamp_seconds" in text
+    assert check_metrics(text) == ""
 
 
 def test_every_family_has_help_text() -> None:

@@ -18,6 +18,7 @@ from streameval.config import load_settings
 from streameval.replay import build_report, run_replay
 from tests.integration.conftest import ROOT, Daemon, Topics, free_port, key_of, value
 from tests.logs import random_log
+from tests.promtool import check_metrics
 
 pytestmark = pytest.mark.integration
 
@@ -99,11 +100,11 @@ def assert_metrics_equal_replay(metrics: dict, report: dict, window: str = "3650
     for labels, got in metrics["streameval_queries"]:
         assert got == groups[(labels["model"], labels["surface"])]["queries"]
     # the consumer group's MAP from the summed parts, as the README's PromQL computes it
-    pooled = value(metrics, "streameval_metric_sum", metric="map", window=window) / value(
+    pooled = value(metrics, "streameval_metric_values", metric="map", window=window) / value(
         metrics, "streameval_queries_with_relevant", window=window
     )
     assert pooled == pytest.approx(report["overall"]["map@10"], abs=1e-9)
-    settled_pooled = value(metrics, "streameval_settled_metric_sum_total", metric="map") / value(
+    settled_pooled = value(metrics, "streameval_settled_metric_values_total", metric="map") / value(
         metrics, "streameval_settled_queries_with_relevant_total"
     )
     assert settled_pooled == pytest.approx(report["overall"]["map@10"], abs=1e-9)
@@ -129,6 +130,11 @@ def test_daemon_equals_replay_and_dead_letters_bad_records(tmp_path, topics: Top
         rejected[labels["reason"]] = rejected.get(labels["reason"], 0) + n
     assert rejected == report["inputs"]["rejected"] == dict(log.rejected)
     assert daemon.get("/readyz")[0] == 200 and daemon.get("/healthz")[0] == 200
+    # a scrape of the running daemon after traffic passes Prometheus' own linter
+    scrape = daemon.get("/metrics")[1]
+    for family in ("streameval_map", "streameval_provisional_queries", "streameval_consumer_lag"):
+        assert f"# TYPE {family} " in scrape, family
+    assert check_metrics(scrape) == ""
     status, page = daemon.get("/")
     assert status == 200 and "ranker-a" in page
 
@@ -214,9 +220,9 @@ def test_backlog_gives_the_same_values_as_a_slow_feed(tmp_path, topics: Topics, 
     for name in (
         "streameval_map",
         "streameval_ndcg",
-        "streameval_metric_sum",
+        "streameval_metric_values",
         "streameval_queries",
-        "streameval_settled_metric_sum_total",
+        "streameval_settled_metric_values_total",
         "streameval_settled_queries_total",
     ):
         assert sorted(map(repr, live_metrics[name])) == sorted(map(repr, backlog_metrics[name])), name
