@@ -127,7 +127,9 @@ class StreamevalCollector(Collector):
         groups = list(view.settings.group_by)
         labels = ["metric", "k", *groups]
         total = CounterMetricFamily(
-            "streameval_settled_metric_values", "Sum of per-query values of every settled query", labels=labels
+            "streameval_settled_metric_values",
+            "Sum of per-query values of every settled query",
+            labels=labels,
         )
         squares = CounterMetricFamily(
             "streameval_settled_metric_squares",
