@@ -31,6 +31,11 @@ class Watermark:
             self._last_record_wall = self.wall_clock()
         return self.value
 
+    def mark_active(self) -> None:
+        """Count quiet time from now (as if a record had just been processed)."""
+        if self.wall_clock is not None:
+            self._last_record_wall = self.wall_clock()
+
     def idle(self) -> float:
         """Advance with the wall clock since the last record (no-op without a wall clock)."""
         if self.wall_clock is not None and self._last_record_wall is not None:

@@ -11,3 +11,7 @@ class ConfigError(StreamevalError):
 
 class InputError(StreamevalError):
     """An input file or topic cannot be read (missing, unreadable, not co-partitioned...)."""
+
+
+class StateError(StreamevalError):
+    """Checkpointed state cannot be read back (undecodable, or written by another version)."""

@@ -36,6 +36,9 @@ from streameval.records import Engagement, Impression
 from streameval.scoring import QueryScore, Scorer
 
 UNATTRIBUTED_REASONS = ("before_impression", "after_horizon", "unknown_query", "late")
+#: What a change touched, for checkpoints: ("q", query_id) for an open query or its tombstone,
+#: ("o", query_id) for the orphans waiting for it, ("s", key) for an event dedup key.
+StateKey = tuple[str, object]
 #: The daemon remembers settled query ids and event dedup keys at least this long (event time).
 MIN_RETENTION_S = 600.0
 
@@ -92,7 +95,9 @@ class Joiner:
         self.tombstones: dict[str, float] = {}
         self.orphans: dict[str, list[Engagement]] = {}
         self.orphan_count = 0
-        self.seen: set[tuple[str, ...] | str] = set()
+        self.seen: dict[tuple[str, ...] | str, float] = {}  # dedup key -> when it is forgotten
+        #: keys changed since the last checkpoint, when the owner tracks them (the daemon)
+        self.changes: set[StateKey] | None = None
         self._seq = itertools.count()
         self._settle_at: list[tuple[float, int, str]] = []
         self._orphan_expiry: list[tuple[float, int, Engagement]] = []
@@ -112,11 +117,12 @@ class Joiner:
             return
         group = self.sink.group_of(imp.group)
         query = OpenQuery(imp.query_id, imp.ts, group, self.scorer.new(imp.items))
-        self.open[imp.query_id] = query
-        heapq.heappush(self._settle_at, (imp.ts + self.max_horizon, next(self._seq), imp.query_id))
+        self.add_open(query)
         self.sink.opened(query)
         waiting = self.orphans.pop(imp.query_id, None)
         if waiting:
+            if self.changes is not None:
+                self.changes.add(("o", imp.query_id))
             self.orphan_count -= len(waiting)
             for event in waiting:
                 self._judge(query, event)
@@ -127,9 +133,10 @@ class Joiner:
         if key in self.seen:
             self.sink.duplicate("events")
             return
-        self.seen.add(key)
-        if not self.remember_until_end:
-            heapq.heappush(self._seen_expiry, (ev.ts + self.retention, next(self._seq), key))
+        if self.remember_until_end:
+            self.seen[key] = math.inf
+        else:
+            self.add_seen(key, ev.ts + self.retention)
         query = self.open.get(ev.query_id)
         if query is not None:
             self._judge(query, ev)
@@ -138,14 +145,10 @@ class Joiner:
         if imp_ts is not None:
             self.sink.unattributed(self._misfit(imp_ts, ev) or "late")
             return
-        deadline = ev.ts + self.settings.orphan_ttl
-        if not self.remember_until_end:
-            if deadline < watermark:
-                self.sink.unattributed("unknown_query")
-                return
-            heapq.heappush(self._orphan_expiry, (deadline, next(self._seq), ev))
-        self.orphans.setdefault(ev.query_id, []).append(ev)
-        self.orphan_count += 1
+        if not self.remember_until_end and ev.ts + self.settings.orphan_ttl < watermark:
+            self.sink.unattributed("unknown_query")
+            return
+        self.add_orphan(ev)
 
     def _misfit(self, imp_ts: float, ev: Engagement) -> str | None:
         """Why ``ev`` cannot be attributed to an impression at ``imp_ts``, or None if it can."""
@@ -162,6 +165,8 @@ class Joiner:
             return
         self.sink.attributed()
         if self.scorer.add_grade(query.score, ev.item, self.settings.grades[ev.type]):
+            if self.changes is not None:
+                self.changes.add(("q", query.query_id))
             old_n, old_values = query.n_relevant, query.values
             query.n_relevant = query.score.n_relevant
             query.values = self.scorer.values(query.score)
@@ -177,9 +182,9 @@ class Joiner:
             query = self.open.pop(query_id, None)
             if query is None:
                 continue
-            self.tombstones[query_id] = query.ts
-            if not self.remember_until_end:
-                heapq.heappush(self._tombstone_expiry, (deadline + self.retention, next(self._seq), query_id))
+            self.add_tombstone(query_id, query.ts)
+            if self.changes is not None:
+                self.changes.add(("q", query_id))
             self.sink.settled(query)
         if self.remember_until_end:
             if math.isinf(watermark) and watermark > 0:
@@ -191,15 +196,54 @@ class Joiner:
             waiting = self.orphans.get(event.query_id)
             index = next((i for i, e in enumerate(waiting or ()) if e is event), None)
             if waiting is not None and index is not None:  # else its impression claimed it
+                if self.changes is not None:
+                    self.changes.add(("o", event.query_id))
                 del waiting[index]
                 if not waiting:
                     del self.orphans[event.query_id]
                 self.orphan_count -= 1
                 self.sink.unattributed("unknown_query")
         while self._tombstone_expiry and self._tombstone_expiry[0][0] < watermark:
-            self.tombstones.pop(heapq.heappop(self._tombstone_expiry)[2], None)
+            query_id = heapq.heappop(self._tombstone_expiry)[2]
+            if self.tombstones.pop(query_id, None) is not None and self.changes is not None:
+                self.changes.add(("q", query_id))
         while self._seen_expiry and self._seen_expiry[0][0] < watermark:
-            self.seen.discard(heapq.heappop(self._seen_expiry)[2])
+            key = heapq.heappop(self._seen_expiry)[2]
+            if self.seen.pop(key, None) is not None and self.changes is not None:
+                self.changes.add(("s", key))
+
+    # --- state: adding one piece, as processing does and as a restore does -------------------
+
+    def add_open(self, query: OpenQuery) -> None:
+        """Hold an open query until it settles."""
+        self.open[query.query_id] = query
+        heapq.heappush(self._settle_at, (query.ts + self.max_horizon, next(self._seq), query.query_id))
+        if self.changes is not None:
+            self.changes.add(("q", query.query_id))
+
+    def add_tombstone(self, query_id: str, imp_ts: float) -> None:
+        """Remember a settled query (its impression time) for the retention."""
+        self.tombstones[query_id] = imp_ts
+        if not self.remember_until_end:
+            expiry = imp_ts + self.max_horizon + self.retention
+            heapq.heappush(self._tombstone_expiry, (expiry, next(self._seq), query_id))
+
+    def add_orphan(self, ev: Engagement) -> None:
+        """Hold an event until its impression arrives or the watermark passes ts + orphan_ttl."""
+        if not self.remember_until_end:
+            deadline = ev.ts + self.settings.orphan_ttl
+            heapq.heappush(self._orphan_expiry, (deadline, next(self._seq), ev))
+        self.orphans.setdefault(ev.query_id, []).append(ev)
+        self.orphan_count += 1
+        if self.changes is not None:
+            self.changes.add(("o", ev.query_id))
+
+    def add_seen(self, key: tuple[str, ...] | str, expiry: float) -> None:
+        """Remember an event dedup key until the watermark passes ``expiry``."""
+        self.seen[key] = expiry
+        heapq.heappush(self._seen_expiry, (expiry, next(self._seq), key))
+        if self.changes is not None:
+            self.changes.add(("s", key))
 
     def _drop_all_orphans(self) -> None:
         for waiting in self.orphans.values():

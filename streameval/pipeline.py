@@ -56,6 +56,7 @@ class Counters:
 
     consumed: Counter[str] = field(default_factory=Counter)  # topic -> records read
     rejected: Counter[tuple[str, str]] = field(default_factory=Counter)  # (topic, reason)
+    dead_lettered: Counter[tuple[str, str]] = field(default_factory=Counter)  # sent to the DLQ
     unattributed: Counter[str] = field(default_factory=Counter)  # reason
     duplicates: Counter[str] = field(default_factory=Counter)  # "impressions" / "events"
     attributed: int = 0
@@ -168,6 +169,10 @@ class Pipeline:
 
     def opened(self, query: OpenQuery) -> None:
         self._sums(self.provisional, query.group).add(0, None)
+
+    def restored_open(self, query: OpenQuery) -> None:
+        """An open query read back from a checkpoint joins the provisional sums."""
+        self._sums(self.provisional, query.group).add(query.n_relevant, query.values)
 
     def changed(self, query: OpenQuery, old_n_relevant: int, old_values: tuple[float, ...] | None) -> None:
         sums = self._sums(self.provisional, query.group)

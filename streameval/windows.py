@@ -33,13 +33,16 @@ class _Ring:
             return -math.inf if frontier < 0 else math.inf
         return math.floor((frontier - self.window.seconds) / self.resolution)
 
-    def evict(self, frontier: float) -> None:
+    def evict(self, frontier: float) -> list[int]:
+        """Drop the buckets that left the window; returns their indices."""
         low = self.first_live_bucket(frontier)
         if low <= self._evicted_below:  # the frontier has not crossed a bucket boundary
-            return
+            return []
         self._evicted_below = low
-        for index in [i for i in self.buckets if i < low]:
+        gone = [i for i in self.buckets if i < low]
+        for index in gone:
             del self.buckets[index]
+        return gone
 
 
 class WindowedSums:
@@ -49,6 +52,9 @@ class WindowedSums:
         self.rings = [_Ring(w) for w in windows]
         self.n_metrics = n_metrics
         self.frontier = -math.inf
+        #: ("w", window name, bucket index) of buckets changed since the last checkpoint, when
+        #: the owner tracks them (the daemon)
+        self.changes: set[tuple[str, object, object]] | None = None
 
     def add(
         self, imp_ts: float, group: tuple[str, ...], n_relevant: int, values: Sequence[float] | None
@@ -63,6 +69,8 @@ class WindowedSums:
             if sums is None:
                 sums = groups[group] = Sums(self.n_metrics)
             sums.add(n_relevant, values)
+            if self.changes is not None:
+                self.changes.add(("w", ring.window.name, index))
 
     def advance(self, frontier: float) -> None:
         """Move the settled frontier forward (never back) and drop buckets that left every window."""
@@ -70,7 +78,13 @@ class WindowedSums:
             return
         self.frontier = frontier
         for ring in self.rings:
-            ring.evict(frontier)
+            gone = ring.evict(frontier)
+            if gone and self.changes is not None:
+                self.changes.update(("w", ring.window.name, index) for index in gone)
+
+    def ring(self, window_name: str) -> _Ring | None:
+        """The buckets of one window, by its name."""
+        return next((r for r in self.rings if r.window.name == window_name), None)
 
     def snapshot(self) -> dict[str, dict[tuple[str, ...], Sums]]:
         """Window name -> group -> Sums over the window's live buckets."""

@@ -1,0 +1,263 @@
+"""What one partition's state *is*, and how it becomes changelog entries and back. No I/O.
+
+A partition's results depend on: its open queries (with their incremental scores), the
+tombstones of settled queries and the event dedup keys it still remembers, the orphans it holds,
+the window buckets, the cumulative settled sums, every counter, and the watermark. They are
+stored per key, as Kafka Streams stores a key-value store in a compacted changelog topic:
+
+====================  ==========================================================================
+key                   value (JSON; every value carries ``"v"``, the format version)
+====================  ==========================================================================
+``q:<query_id>``      an open query (``ts``, ``group``, ``score``) or, once settled, its
+                      tombstone (``settled``: the impression time); deleted when forgotten
+``o:<query_id>``      the orphans waiting for that query; deleted when none is left
+``s:<dedup key>``     an event dedup key and when it is forgotten; deleted then
+``w:<window>:<n>``    bucket n of a window: per group, the sums of its settled queries
+``t``                 the totals: watermark, settled frontier, cumulative settled sums, counters
+====================  ==========================================================================
+
+A checkpoint writes only the keys that changed since the previous one (a deleted key as a
+null value, which compaction removes), plus ``t``. So the write cost of a checkpoint is at
+most a few entries per record processed, however large the state, and a restore reads the live
+state (plus what compaction has not removed yet), not the history.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import orjson
+
+from streameval.config import Settings
+from streameval.errors import StateError
+from streameval.join import OpenQuery
+from streameval.pipeline import Counters, GroupCap, Pipeline
+from streameval.records import Engagement
+from streameval.scoring import QueryScore, Sums
+
+#: The version of the layout above; a restore refuses any other.
+FORMAT_VERSION = 1
+TOTALS_KEY = b"t"
+
+Entry = tuple[bytes, bytes | None]
+
+
+def track(pipeline: Pipeline) -> None:
+    """Start recording which keys change (the daemon's pipelines; ``replay`` does not)."""
+    changes: set[Any] = set()
+    pipeline.joiner.changes = changes
+    pipeline.windows.changes = changes
+
+
+def pending(pipeline: Pipeline) -> int:
+    """How many keys changed since the last checkpoint."""
+    return len(pipeline.joiner.changes or ())
+
+
+def checkpoint_entries(pipeline: Pipeline) -> list[Entry]:
+    """The entries of every key that changed since the last call, then the totals; clears the
+    record of changes."""
+    changes = pipeline.joiner.changes
+    if changes is None:
+        raise ValueError("track(pipeline) first")
+    out = [_entry(pipeline, key) for key in changes]
+    changes.clear()
+    out.append((TOTALS_KEY, _dumps(_totals(pipeline))))
+    return out
+
+
+def all_entries(pipeline: Pipeline) -> list[Entry]:
+    """Every entry of the whole state, as a restore would need it (tests and benchmarks)."""
+    joiner = pipeline.joiner
+    keys: list[Any] = [("q", q) for q in (*joiner.open, *joiner.tombstones)]
+    keys += [("o", q) for q in joiner.orphans]
+    keys += [("s", k) for k in joiner.seen]
+    keys += [("w", ring.window.name, i) for ring in pipeline.windows.rings for i in ring.buckets]
+    out = [_entry(pipeline, key) for key in keys]
+    out.append((TOTALS_KEY, _dumps(_totals(pipeline))))
+    return out
+
+
+# --- encoding -----------------------------------------------------------------------------------
+
+
+def _dumps(value: dict[str, Any]) -> bytes:
+    return orjson.dumps({"v": FORMAT_VERSION, **value})
+
+
+def _finite(x: float) -> float | None:
+    """JSON has no infinity: -inf (nothing seen yet) is written as null."""
+    return x if math.isfinite(x) else None
+
+
+def _groups(table: dict[tuple[str, ...], Sums]) -> list[list[Any]]:
+    return [[list(group), sums.to_dict()] for group, sums in table.items()]
+
+
+def _entry(pipeline: Pipeline, key: tuple[Any, ...]) -> Entry:
+    joiner = pipeline.joiner
+    kind = key[0]
+    if kind == "q":
+        query_id = key[1]
+        name = b"q:" + query_id.encode()
+        query = joiner.open.get(query_id)
+        if query is not None:
+            return name, _dumps({"ts": query.ts, "group": list(query.group), "score": query.score.to_dict()})
+        if query_id in joiner.tombstones:
+            return name, _dumps({"settled": joiner.tombstones[query_id]})
+        return name, None
+    if kind == "o":
+        name = b"o:" + key[1].encode()
+        waiting = joiner.orphans.get(key[1])
+        if not waiting:
+            return name, None
+        return name, _dumps({"events": [[e.query_id, e.item, e.type, e.ts, e.event_id] for e in waiting]})
+    if kind == "s":
+        name = b"s:" + orjson.dumps(key[1])
+        expiry = joiner.seen.get(key[1])
+        return name, None if expiry is None else _dumps({"until": expiry})
+    # ("w", window, index)
+    name = f"w:{key[1]}:{key[2]}".encode()
+    ring = pipeline.windows.ring(key[1])
+    groups = ring.buckets.get(key[2]) if ring is not None else None
+    return name, None if not groups else _dumps({"groups": _groups(groups)})
+
+
+def _totals(pipeline: Pipeline) -> dict[str, Any]:
+    c = pipeline.counters
+    return {
+        "max_event_ts": _finite(pipeline.watermark.max_event_ts),
+        "watermark": _finite(pipeline.watermark.value),
+        "frontier": _finite(pipeline.windows.frontier),
+        "settled": _groups(pipeline.settled_totals),
+        "counters": {
+            "consumed": list(c.consumed.items()),
+            "rejected": [[t, r, n] for (t, r), n in c.rejected.items()],
+            "dead_lettered": [[t, r, n] for (t, r), n in c.dead_lettered.items()],
+            "unattributed": list(c.unattributed.items()),
+            "duplicates": list(c.duplicates.items()),
+            "attributed": c.attributed,
+            "groups_folded": c.groups_folded,
+            "late_impressions": c.late_impressions,
+        },
+    }
+
+
+# --- restoring ----------------------------------------------------------------------------------
+
+
+def latest(records: Iterable[tuple[bytes, bytes | None, str]]) -> dict[bytes, tuple[dict[str, Any], str]]:
+    """The last value of every key (a null value deletes it), decoded and version-checked.
+
+    ``records`` are (key, value, where) in log order, ``where`` naming the record for errors
+    (e.g. ``topic[partition]@offset``). Raises StateError on anything it cannot read.
+    """
+    out: dict[bytes, tuple[dict[str, Any], str]] = {}
+    for key, raw, where in records:
+        if key is None:
+            raise StateError(f"{where}: changelog record without a key")
+        if raw is None:
+            out.pop(key, None)
+            continue
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise StateError(f"{where}: changelog record {key[:60]!r} is not JSON") from None
+        if not isinstance(value, dict) or value.get("v") != FORMAT_VERSION:
+            found = value.get("v") if isinstance(value, dict) else None
+            raise StateError(
+                f"{where}: changelog record {key[:60]!r} has state format {found!r}, this version "
+                f"reads {FORMAT_VERSION}"
+            )
+        out[key] = (value, where)
+    return out
+
+
+def restore(
+    settings: Settings,
+    values: dict[bytes, tuple[dict[str, Any], str]],
+    wall_clock: Callable[[], float] | None = None,
+    group_cap: GroupCap | None = None,
+) -> Pipeline:
+    """A tracking pipeline holding the state that ``values`` (from :func:`latest`) describe."""
+    pipeline = Pipeline(settings, wall_clock=wall_clock, group_cap=group_cap)
+    for key, (value, where) in values.items():
+        try:
+            _apply(pipeline, key, value)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise StateError(
+                f"{where}: changelog record {key[:60]!r} does not fit this state: {exc!r}"
+            ) from None
+    if wall_clock is not None:
+        # idle time counts from the restore: the time the partition was unowned is not quiet
+        # input, its records are still to be read
+        pipeline.watermark.mark_active()
+    track(pipeline)
+    return pipeline
+
+
+def _group(labels: list[str], pipeline: Pipeline) -> tuple[str, ...]:
+    group = tuple(labels)
+    if group != pipeline.group_cap.other:
+        pipeline.group_cap.known.add(group)  # the previous owner admitted it
+    return group
+
+
+def _sums(data: dict[str, Any]) -> Sums:
+    return Sums.from_dict(data)
+
+
+def _apply(pipeline: Pipeline, key: bytes, value: dict[str, Any]) -> None:
+    joiner = pipeline.joiner
+    kind, _, rest = key.partition(b":")
+    if key == TOTALS_KEY:
+        _apply_totals(pipeline, value)
+    elif kind == b"q":
+        query_id = rest.decode()
+        if "settled" in value:
+            joiner.add_tombstone(query_id, float(value["settled"]))
+            return
+        score = QueryScore.from_dict(value["score"])
+        query = OpenQuery(query_id, float(value["ts"]), _group(value["group"], pipeline), score)
+        query.n_relevant = score.n_relevant
+        query.values = pipeline.scorer.values(score)
+        joiner.add_open(query)
+        pipeline.restored_open(query)
+    elif kind == b"o":
+        for query_id, item, event_type, ts, event_id in value["events"]:
+            joiner.add_orphan(Engagement(query_id, item, event_type, float(ts), event_id))
+    elif kind == b"s":
+        dedup = orjson.loads(rest)
+        joiner.add_seen(tuple(dedup) if isinstance(dedup, list) else dedup, float(value["until"]))
+    elif kind == b"w":
+        window, _, index = rest.decode().rpartition(":")
+        ring = pipeline.windows.ring(window)
+        if ring is None:
+            return  # a window no longer configured
+        ring.buckets[int(index)] = {_group(g, pipeline): _sums(s) for g, s in value["groups"]}
+    else:
+        raise ValueError(f"unknown kind of key {kind!r}")
+
+
+def _apply_totals(pipeline: Pipeline, value: dict[str, Any]) -> None:
+    def number(x: float | None) -> float:
+        return -math.inf if x is None else float(x)
+
+    pipeline.watermark.max_event_ts = number(value["max_event_ts"])
+    pipeline.watermark.value = number(value["watermark"])
+    pipeline.windows.advance(number(value["frontier"]))
+    pipeline.settled_totals = {_group(g, pipeline): _sums(s) for g, s in value["settled"]}
+    c = value["counters"]
+    pipeline.counters = Counters(
+        consumed=Counter(dict(c["consumed"])),
+        rejected=Counter({(t, r): n for t, r, n in c["rejected"]}),
+        dead_lettered=Counter({(t, r): n for t, r, n in c["dead_lettered"]}),
+        unattributed=Counter(dict(c["unattributed"])),
+        duplicates=Counter(dict(c["duplicates"])),
+        attributed=c["attributed"],
+        groups_folded=c["groups_folded"],
+        late_impressions=c["late_impressions"],
+    )

@@ -1,0 +1,156 @@
+"""Partition state as changelog entries: checkpoint, restore, carry on -- as if never stopped."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streameval import state
+from streameval.config import load_settings
+from streameval.errors import StateError
+from streameval.pipeline import Pipeline
+from tests.logs import random_log
+
+T0 = 1_700_000_000.0
+SETTINGS = load_settings(
+    None,
+    {},
+    {
+        "metrics": ["map@5", "ndcg@5", "wmap@5", "recall@3", "mrr@5"],
+        "horizon": "10m",
+        "horizons": '{purchase = "30m"}',
+        "orphan_ttl": "2m",
+        "windows": ["5m", "1h"],
+    },
+)
+
+
+def raw_records(seed: int, n_queries: int = 120) -> list[tuple[str, bytes]]:
+    """Records in arrival order (roughly by time), with bad ones, as a topic would hold them."""
+    log = random_log(random.Random(seed), n_queries=n_queries, t0=T0, span=3 * 3600.0, horizon=600.0)
+    out = [("impressions", r) for r in log.impressions] + [("clicks", r) for r in log.events]
+
+    def ts(item: tuple[str, bytes]) -> float:
+        try:
+            obj = orjson.loads(item[1])
+            return float(obj["ts"]) if isinstance(obj.get("ts"), int | float) else T0
+        except (orjson.JSONDecodeError, TypeError, ValueError, AttributeError):
+            return T0
+
+    return sorted(out, key=ts)
+
+
+def feed(pipeline: Pipeline, records: list[tuple[str, bytes]]) -> None:
+    for topic, raw in records:
+        pipeline.ingest(raw, topic, topic == "impressions")
+
+
+def changelog_replay(log: list[tuple[bytes, bytes | None]]) -> Pipeline:
+    records = [(k, v, f"changelog[0]@{i}") for i, (k, v) in enumerate(log)]
+    return state.restore(SETTINGS, state.latest(records))
+
+
+def comparable(p: Pipeline) -> dict:
+    snap = p.snapshot()
+
+    def table(t: dict) -> dict:
+        return {g: (s.queries, s.with_relevant, s.relevant_items, s.sums, s.squares) for g, s in t.items()}
+
+    c = snap.counters
+    return {
+        "watermark": snap.watermark,
+        "frontier": snap.frontier,
+        "windows": {w: table(groups) for w, groups in snap.windows.items()},
+        "settled": table(snap.settled),
+        "provisional": {g: v for g, v in table(snap.provisional).items() if v[0]},
+        "open": snap.open_queries,
+        "orphans": snap.orphans_held,
+        "tombstones": len(p.joiner.tombstones),
+        "seen": len(p.joiner.seen),
+        "counters": (c.consumed, c.rejected, c.unattributed, c.duplicates, c.attributed, c.late_impressions),
+    }
+
+
+def assert_same(a: Pipeline, b: Pipeline) -> None:
+    left, right = comparable(a), comparable(b)
+    assert left.keys() == right.keys()
+    for key in left:
+        assert _close(left[key], right[key]), key
+
+
+def _close(x, y) -> bool:
+    if isinstance(x, dict) and isinstance(y, dict):
+        return x.keys() == y.keys() and all(_close(x[k], y[k]) for k in x)
+    if isinstance(x, list | tuple) and isinstance(y, list | tuple):
+        return len(x) == len(y) and all(_close(i, j) for i, j in zip(x, y, strict=True))
+    if isinstance(x, float) and isinstance(y, float):
+        return x == y or math.isclose(x, y, rel_tol=1e-12, abs_tol=1e-9)
+    return bool(x == y)
+
+
+@given(seed=st.integers(0, 10_000), cuts=st.lists(st.floats(0, 1), min_size=1, max_size=4))
+def test_restore_from_checkpoints_then_carry_on_equals_never_stopping(seed: int, cuts: list[float]) -> None:
+    records = raw_records(seed)
+    uninterrupted = Pipeline(SETTINGS)
+    feed(uninterrupted, records)
+
+    # checkpoints at the cut points into one changelog; after the last one, a restore
+    log: list[tuple[bytes, bytes | None]] = []
+    live = Pipeline(SETTINGS)
+    state.track(live)
+    done = 0
+    for cut in sorted(cuts):
+        upto = int(cut * len(records))
+        feed(live, records[done:upto])
+        done = upto
+        log += state.checkpoint_entries(live)
+    restored = changelog_replay(log)
+    assert_same(restored, live)
+    feed(restored, records[done:])
+    assert_same(restored, uninterrupted)
+
+
+def test_checkpoint_writes_only_what_changed() -> None:
+    records = raw_records(7, n_queries=400)
+    p = Pipeline(SETTINGS)
+    state.track(p)
+    feed(p, records[:-20])
+    state.checkpoint_entries(p)
+    feed(p, records[-20:])
+    entries = state.checkpoint_entries(p)
+    assert len(entries) <= 20 * 4 + 1  # a record touches a few keys at most, plus the totals
+    assert state.checkpoint_entries(p) == [entries[-1]]  # nothing changed: only the totals
+
+
+def test_deleted_keys_are_written_as_nulls_and_state_stays_bounded() -> None:
+    records = raw_records(3)
+    p = Pipeline(SETTINGS)
+    state.track(p)
+    log: list[tuple[bytes, bytes | None]] = []
+    feed(p, records)
+    log += state.checkpoint_entries(p)
+    # far later: everything settles, tombstones, keys and buckets are forgotten
+    p.ingest(orjson.dumps({"query_id": "late", "ts": T0 + 30 * 86400, "items": ["a"]}), "impressions", True)
+    log += state.checkpoint_entries(p)
+    live = state.latest([(k, v, "x") for k, v in log])
+    assert set(live) == {b"q:late", b"t"}
+    assert_same(changelog_replay(log), p)
+
+
+@pytest.mark.parametrize(
+    "value,needle",
+    [
+        (b"{not json", "is not JSON"),
+        (orjson.dumps({"v": 99, "settled": 1.0}), "format 99"),
+        (orjson.dumps({"v": state.FORMAT_VERSION, "ts": 1.0}), "does not fit"),
+    ],
+)
+def test_unreadable_state_names_where_it_is(value: bytes, needle: str) -> None:
+    with pytest.raises(StateError) as err:
+        state.restore(SETTINGS, state.latest([(b"q:x", value, "app-changelog[2]@17")]))
+    assert "app-changelog[2]@17" in str(err.value) and needle in str(err.value)
