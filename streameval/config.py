@@ -107,6 +107,14 @@ class Settings:
     )
     allowed_lateness: float = 10.0
     orphan_ttl: float = 300.0
+    commit_interval: float = 5.0
+    shutdown_timeout: float = 20.0
+    changelog_replication_factor: int = 1
+
+    @property
+    def changelog_topic(self) -> str:
+        """The compacted topic that holds the partitions' state, named after the group."""
+        return f"{self.group_id}-changelog"
 
     def horizon_for(self, event_type: str) -> float:
         """The attribution horizon of one event type."""
@@ -271,6 +279,9 @@ _VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "windows": _windows,
     "allowed_lateness": parse_duration,
     "orphan_ttl": parse_duration,
+    "commit_interval": parse_duration,
+    "shutdown_timeout": parse_duration,
+    "changelog_replication_factor": _int_in(1, 32767),
 }
 #: Every configuration key, in the order of SPEC section 6a.
 KEYS = tuple(_VALIDATORS)
@@ -415,3 +426,11 @@ def _check_combination(s: Settings) -> None:
         raise ConfigError("impressions_topic: must differ from every topic in 'events_topics'")
     if s.dead_letter_topic in topics:
         raise ConfigError("dead_letter_topic: must differ from the input topics")
+    if s.changelog_topic in (*topics, s.dead_letter_topic):
+        raise ConfigError(
+            f"group_id: its changelog topic {s.changelog_topic!r} is also an input or dead-letter topic"
+        )
+    if s.commit_interval < 0.1:
+        raise ConfigError("commit_interval: must be at least 100ms")
+    if s.shutdown_timeout < 1:
+        raise ConfigError("shutdown_timeout: must be at least 1s")

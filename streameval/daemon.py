@@ -1,9 +1,10 @@
 """``streameval run``: start-up checks, the HTTP server, the loop, signals, shutdown.
 
 Signal handlers only set a flag; the loop checks it between polls. On the first SIGTERM or
-SIGINT the daemon stops consuming, commits what it processed, closes its clients and returns
-(exit code 0); shutdown is bounded by the clients' own time-outs. A second SIGINT forces the
-exit at once.
+SIGINT the daemon stops consuming, commits a final checkpoint, closes its clients and returns:
+exit code 0 when the final checkpoint committed, 1 when it did not (the next owner then resumes
+from the one before, so nothing is lost). Shutdown takes at most ``shutdown_timeout``. A second
+SIGINT forces the exit at once.
 """
 
 from __future__ import annotations
@@ -14,11 +15,22 @@ import signal
 import time
 from types import FrameType
 
+from kafka.errors import KafkaError
+
 from streameval.config import Settings
 from streameval.errors import InputError
 from streameval.exporter import registry
 from streameval.http import Health, HttpServer, make_app
-from streameval.kafka.clients import check_topics, ensure_topic, make_admin, make_consumer, make_producer
+from streameval.kafka.changelog import Restorer, ensure_changelog
+from streameval.kafka.checkpoint import Transactions
+from streameval.kafka.clients import (
+    check_topics,
+    ensure_topic,
+    make_admin,
+    make_consumer,
+    make_producer,
+    transactional_id,
+)
 from streameval.kafka.loop import ConsumerLoop
 from streameval.view import View, empty_view
 
@@ -71,35 +83,54 @@ def run(settings: Settings) -> int:
         running.append(_connect(settings))
         loop = running[0]
         log.info("serving /metrics on http://%s:%d/", settings.metrics_host, server.port)
+        clean = False
         try:
             loop.subscribe()
             while not stop.requested:
                 loop.run_once()
                 health.beat()
         finally:
-            log.info("stopping: committing offsets and closing clients")
-            loop.close()
+            log.info(
+                "stopping: final checkpoint, closing clients (at most %.0f s)", settings.shutdown_timeout
+            )
+            clean = loop.close()
     finally:
         server.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if not clean:
+        log.error("stopped, but the final checkpoint did not commit")
+        return 1
     log.info("stopped cleanly")
     return 0
 
 
 def _connect(settings: Settings) -> ConsumerLoop:
-    """Clients, topic checks and the dead-letter topic; raises with a clear message."""
+    """Clients, topic checks, the dead-letter and changelog topics; raises with a clear message."""
     consumer = make_consumer(settings)
+    transactions: Transactions | None = None
     try:
         partitions = check_topics(settings, consumer)
         admin = make_admin(settings)
         try:
             ensure_topic(admin, settings.dead_letter_topic, 1)
+            ensure_changelog(admin, consumer, settings, partitions)
         finally:
             admin.close()
-        producer = make_producer(settings)
+        txn_id = transactional_id(settings)
+        transactions = Transactions(lambda: make_producer(settings, txn_id))
+        try:
+            transactions.connect()
+        except KafkaError as exc:
+            raise InputError(
+                f"cannot start the checkpoint transactions (transactional id {txn_id}): "
+                f"{type(exc).__name__}: {exc}; the broker must allow transactions for this client"
+            ) from None
+        restorer = Restorer(settings)
     except BaseException:
+        if transactions is not None:
+            transactions.close(timeout=1)
         consumer.close(autocommit=False)
         raise
-    log.info("%d partition(s) per input topic", partitions)
-    return ConsumerLoop(settings, consumer, producer)
+    log.info("%d partition(s) per input topic; state in %s", partitions, settings.changelog_topic)
+    return ConsumerLoop(settings, consumer, transactions, restorer)

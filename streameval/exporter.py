@@ -21,8 +21,7 @@ Metric families (group labels are the ``group_by`` fields, e.g. ``model``, ``sur
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client.core import (
     CollectorRegistry,
@@ -181,88 +180,16 @@ class StreamevalCollector(Collector):
         yield from (queries, with_rel)
 
     def _operations(self, view: View) -> Iterator[Metric]:
-        snap, counters = view.snapshot, view.snapshot.counters
-        yield _counter(
-            "streameval_records_consumed",
-            "Records read, per topic",
-            ["topic"],
-            {(t,): n for t, n in counters.consumed.items()},
-        )
-        yield _counter(
-            "streameval_records_rejected",
-            "Records rejected, per topic and reason",
-            ["topic", "reason"],
-            dict(counters.rejected),
-        )
-        yield _counter(
-            "streameval_dead_letter_records",
-            "Rejected records sent to the dead-letter topic",
-            ["topic", "reason"],
-            dict(view.dead_lettered),
-        )
-        yield _counter(
-            "streameval_events_unattributed",
-            "Events not attributed to a query, per reason",
-            ["reason"],
-            {(r,): n for r, n in counters.unattributed.items()},
-        )
-        yield _counter(
-            "streameval_events_attributed", "Events attributed to a query", [], {(): counters.attributed}
-        )
-        yield _counter(
-            "streameval_duplicates",
-            "Duplicate records dropped (impressions, events)",
-            ["kind"],
-            {(k,): n for k, n in counters.duplicates.items()},
-        )
-        yield _counter(
-            "streameval_groups_folded",
-            "Impressions whose group was folded into __other__ (max_groups)",
-            [],
-            {(): counters.groups_folded},
-        )
-        yield _counter(
-            "streameval_impressions_late",
-            "Impressions dropped because they arrived after their settling time",
-            [],
-            {(): counters.late_impressions},
-        )
-        yield _gauge("streameval_open_queries", "Queries not settled yet", [], {(): snap.open_queries})
-        yield _gauge(
-            "streameval_orphans_held", "Events held waiting for their impression", [], {(): snap.orphans_held}
-        )
-        finite = {(str(p),): w for p, w in view.partition_watermarks.items() if math.isfinite(w)}
-        yield _gauge(
-            "streameval_watermark_timestamp_seconds",
-            "Event-time watermark (Unix seconds), per partition",
-            ["partition"],
-            finite,
-        )
-        yield _gauge(
-            "streameval_watermark_lag_seconds",
-            "Wall clock minus the watermark, per partition",
-            ["partition"],
-            {p: view.wall_time - w for p, w in finite.items()},
-        )
-        yield _gauge(
-            "streameval_consumer_lag",
-            "Records not processed yet, per topic and partition",
-            ["topic", "partition"],
-            {(t, str(p)): n for (t, p), n in view.consumer_lag.items()},
-        )
-        if view.last_commit is not None:
-            yield _gauge(
-                "streameval_checkpoint_age_seconds",
-                "Seconds since offsets were last committed",
-                [],
-                {(): view.wall_time - view.last_commit},
+        for name, kind, help_text, labels, samples in OPERATIONS:
+            values = samples(view)
+            if values is None:
+                continue
+            family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(
+                name, help_text, labels=list(labels)
             )
-        yield _gauge(
-            "streameval_ready",
-            "1 once partitions are assigned and state is restored",
-            [],
-            {(): 1.0 if view.ready else 0.0},
-        )
+            for label_values, value in sorted(values.items()):
+                family.add_metric(list(label_values), value)
+            yield family
         latency = HistogramMetricFamily(
             "streameval_processing_latency_seconds",
             "Seconds from a record's Kafka timestamp to its processing",
@@ -271,22 +198,199 @@ class StreamevalCollector(Collector):
         yield latency
 
 
+Samples = Callable[[View], Mapping[tuple[str, ...], float] | None]
+
+
+def _one(read: Callable[[View], float | None]) -> Samples:
+    """A family of one unlabelled sample (none while ``read`` gives None)."""
+
+    def samples(view: View) -> Mapping[tuple[str, ...], float] | None:
+        value = read(view)
+        return None if value is None else {(): value}
+
+    return samples
+
+
+def _finite_watermarks(view: View) -> dict[tuple[str, ...], float]:
+    return {(str(p),): w for p, w in view.partition_watermarks.items() if math.isfinite(w)}
+
+
+#: The operational families: (name, counter or gauge, help, labels, samples from the view).
+#: Counters are named without ``_total``; prometheus-client adds it.
+OPERATIONS: tuple[tuple[str, str, str, tuple[str, ...], Samples], ...] = (
+    (
+        "streameval_records_consumed",
+        "counter",
+        "Records read, per topic",
+        ("topic",),
+        lambda v: {(t,): n for t, n in v.snapshot.counters.consumed.items()},
+    ),
+    (
+        "streameval_records_rejected",
+        "counter",
+        "Records rejected, per topic and reason",
+        ("topic", "reason"),
+        lambda v: {(t, r): n for (t, r), n in v.snapshot.counters.rejected.items()},
+    ),
+    (
+        "streameval_dead_letter_records",
+        "counter",
+        "Rejected records sent to the dead-letter topic (in committed checkpoints)",
+        ("topic", "reason"),
+        lambda v: {(t, r): n for (t, r), n in v.snapshot.counters.dead_lettered.items()},
+    ),
+    (
+        "streameval_events_unattributed",
+        "counter",
+        "Events not attributed to a query, per reason",
+        ("reason",),
+        lambda v: {(r,): n for r, n in v.snapshot.counters.unattributed.items()},
+    ),
+    (
+        "streameval_events_attributed",
+        "counter",
+        "Events attributed to a query",
+        (),
+        _one(lambda v: v.snapshot.counters.attributed),
+    ),
+    (
+        "streameval_duplicates",
+        "counter",
+        "Duplicate records dropped (impressions, events)",
+        ("kind",),
+        lambda v: {(k,): n for k, n in v.snapshot.counters.duplicates.items()},
+    ),
+    (
+        "streameval_groups_folded",
+        "counter",
+        "Impressions whose group was folded into __other__ (max_groups)",
+        (),
+        _one(lambda v: v.snapshot.counters.groups_folded),
+    ),
+    (
+        "streameval_impressions_late",
+        "counter",
+        "Impressions dropped because they arrived after their settling time",
+        (),
+        _one(lambda v: v.snapshot.counters.late_impressions),
+    ),
+    (
+        "streameval_open_queries",
+        "gauge",
+        "Queries not settled yet",
+        (),
+        _one(lambda v: v.snapshot.open_queries),
+    ),
+    (
+        "streameval_orphans_held",
+        "gauge",
+        "Events held waiting for their impression",
+        (),
+        _one(lambda v: v.snapshot.orphans_held),
+    ),
+    (
+        "streameval_watermark_timestamp_seconds",
+        "gauge",
+        "Event-time watermark (Unix seconds), per partition",
+        ("partition",),
+        _finite_watermarks,
+    ),
+    (
+        "streameval_watermark_lag_seconds",
+        "gauge",
+        "Wall clock minus the watermark, per partition",
+        ("partition",),
+        lambda v: {p: v.wall_time - w for p, w in _finite_watermarks(v).items()},
+    ),
+    (
+        "streameval_consumer_lag",
+        "gauge",
+        "Records not processed yet, per topic and partition",
+        ("topic", "partition"),
+        lambda v: {(t, str(p)): n for (t, p), n in v.consumer_lag.items()},
+    ),
+    (
+        "streameval_checkpoint_age_seconds",
+        "gauge",
+        "Seconds since the last committed checkpoint (state, dead-letter records and offsets)",
+        (),
+        _one(lambda v: None if v.ops.last_checkpoint is None else v.wall_time - v.ops.last_checkpoint),
+    ),
+    (
+        "streameval_checkpoints",
+        "counter",
+        "Checkpoints committed",
+        (),
+        _one(lambda v: v.ops.checkpoints),
+    ),
+    (
+        "streameval_checkpoint_failures",
+        "counter",
+        "Checkpoints or dead-letter sends that failed (each rewinds to the last committed checkpoint)",
+        (),
+        _one(lambda v: v.ops.checkpoint_failures),
+    ),
+    (
+        "streameval_checkpoint_duration_seconds",
+        "gauge",
+        "Duration of the last committed checkpoint",
+        (),
+        _one(lambda v: v.ops.checkpoint_seconds),
+    ),
+    (
+        "streameval_checkpoint_size_bytes",
+        "gauge",
+        "Changelog bytes written by the last committed checkpoint",
+        (),
+        _one(lambda v: v.ops.checkpoint_bytes),
+    ),
+    (
+        "streameval_changelog_written_bytes",
+        "counter",
+        "Changelog bytes written by committed checkpoints (divide by records consumed for bytes per record)",
+        (),
+        _one(lambda v: v.ops.changelog_bytes),
+    ),
+    (
+        "streameval_restores",
+        "counter",
+        "Partition restores from the changelog completed",
+        (),
+        _one(lambda v: v.ops.restores),
+    ),
+    (
+        "streameval_restore_records",
+        "counter",
+        "Changelog records read by restores",
+        (),
+        _one(lambda v: v.ops.restore_records),
+    ),
+    (
+        "streameval_restore_duration_seconds",
+        "gauge",
+        "Duration of the last partition restore",
+        (),
+        _one(lambda v: v.ops.restore_seconds),
+    ),
+    (
+        "streameval_partitions_restoring",
+        "gauge",
+        "Assigned partitions whose state is being restored",
+        (),
+        _one(lambda v: v.ops.partitions_restoring),
+    ),
+    (
+        "streameval_ready",
+        "gauge",
+        "1 once partitions are assigned and their state is restored",
+        (),
+        _one(lambda v: 1.0 if v.ready else 0.0),
+    ),
+)
+
+
 def _key(item: tuple[tuple[str, ...], Sums]) -> str:
     return str(item[0])
-
-
-def _counter(name: str, help_text: str, labels: Sequence[str], values: Mapping[Any, float]) -> Metric:
-    family = CounterMetricFamily(name, help_text, labels=list(labels))
-    for label_values, value in sorted(values.items()):
-        family.add_metric(list(label_values), value)
-    return family
-
-
-def _gauge(name: str, help_text: str, labels: Sequence[str], values: Mapping[Any, float]) -> Metric:
-    family = GaugeMetricFamily(name, help_text, labels=list(labels))
-    for label_values, value in sorted(values.items()):
-        family.add_metric(list(label_values), value)
-    return family
 
 
 def registry(view_source: Callable[[], View]) -> CollectorRegistry:

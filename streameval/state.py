@@ -149,13 +149,17 @@ def _totals(pipeline: Pipeline) -> dict[str, Any]:
 # --- restoring ----------------------------------------------------------------------------------
 
 
-def latest(records: Iterable[tuple[bytes, bytes | None, str]]) -> dict[bytes, tuple[dict[str, Any], str]]:
+Values = dict[bytes, tuple[dict[str, Any], str]]
+
+
+def latest(records: Iterable[tuple[bytes | None, bytes | None, str]], into: Values | None = None) -> Values:
     """The last value of every key (a null value deletes it), decoded and version-checked.
 
     ``records`` are (key, value, where) in log order, ``where`` naming the record for errors
-    (e.g. ``topic[partition]@offset``). Raises StateError on anything it cannot read.
+    (e.g. ``topic[partition]@offset``); ``into`` is updated in place when given (a restore
+    that reads in steps). Raises StateError on anything it cannot read.
     """
-    out: dict[bytes, tuple[dict[str, Any], str]] = {}
+    out: Values = {} if into is None else into
     for key, raw, where in records:
         if key is None:
             raise StateError(f"{where}: changelog record without a key")
@@ -178,7 +182,7 @@ def latest(records: Iterable[tuple[bytes, bytes | None, str]]) -> dict[bytes, tu
 
 def restore(
     settings: Settings,
-    values: dict[bytes, tuple[dict[str, Any], str]],
+    values: Values,
     wall_clock: Callable[[], float] | None = None,
     group_cap: GroupCap | None = None,
 ) -> Pipeline:

@@ -5,9 +5,8 @@ exporter and the HTTP pages from another thread. Merging per-partition snapshots
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from streameval.config import Settings
 from streameval.pipeline import Counters, Snapshot
@@ -84,6 +83,37 @@ class Latency:
         return out
 
 
+@dataclass
+class Operations:
+    """Checkpoint and restore figures of one instance (cumulative counts, last durations)."""
+
+    last_checkpoint: float | None = None  # wall time of the last committed checkpoint
+    checkpoints: int = 0
+    checkpoint_failures: int = 0
+    checkpoint_seconds: float = 0.0  # the last one's duration
+    checkpoint_entries: int = 0  # the last one's changelog entries
+    checkpoint_bytes: int = 0  # the last one's bytes (changelog and dead-letter records)
+    changelog_bytes: int = 0  # cumulative bytes of committed checkpoints
+    restores: int = 0
+    restore_records: int = 0  # cumulative changelog records read by restores
+    restore_seconds: float = 0.0  # the last restore's duration
+    partitions_restoring: int = 0
+
+    def checkpointed(self, wall_time: float, seconds: float, entries: int, size: int) -> None:
+        self.last_checkpoint = wall_time
+        self.checkpoints += 1
+        self.checkpoint_seconds, self.checkpoint_entries, self.checkpoint_bytes = seconds, entries, size
+        self.changelog_bytes += size
+
+    def restored(self, records: int, seconds: float) -> None:
+        self.restores += 1
+        self.restore_records += records
+        self.restore_seconds = seconds
+
+    def copy(self) -> Operations:
+        return replace(self)
+
+
 @dataclass(frozen=True)
 class View:
     """A consistent picture of the daemon at one moment."""
@@ -94,9 +124,8 @@ class View:
     consumer_lag: Mapping[tuple[str, int], int]
     latency_buckets: tuple[tuple[str, int], ...]
     latency_sum: float
-    dead_lettered: Mapping[tuple[str, str], int]
     wall_time: float
-    last_commit: float | None
+    ops: Operations
     ready: bool
 
 
@@ -108,8 +137,7 @@ def empty_view(settings: Settings, wall_time: float) -> View:
         consumer_lag={},
         latency_buckets=tuple(Latency().cumulative()),
         latency_sum=0.0,
-        dead_lettered=Counter(),
         wall_time=wall_time,
-        last_commit=None,
+        ops=Operations(),
         ready=False,
     )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-from collections import Counter
 
 from prometheus_client import generate_latest
 
@@ -12,7 +11,7 @@ from streameval.exporter import registry
 from streameval.http import Health, make_app
 from streameval.pipeline import Pipeline
 from streameval.records import Engagement, Impression
-from streameval.view import View, merge_snapshots
+from streameval.view import Operations, View, merge_snapshots
 from tests.promtool import check_metrics
 
 T0 = 1_700_000_000.0
@@ -27,9 +26,8 @@ def view_of(*pipelines: Pipeline, ready: bool = True) -> View:
         consumer_lag={("imps", 0): 3},
         latency_buckets=(("1.0", 2), ("+Inf", 3)),
         latency_sum=4.5,
-        dead_lettered=Counter({("imps", "not_json"): 1}),
         wall_time=T0 + 10_000,
-        last_commit=T0 + 9_990,
+        ops=Operations(last_checkpoint=T0 + 9_990, checkpoints=3, restores=1, restore_records=40),
         ready=ready,
     )
 

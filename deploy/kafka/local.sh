@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # A real single-node Apache Kafka broker (KRaft, combined broker+controller) without Docker.
 #
-#   deploy/kafka/local.sh start    resolve jars (cached), format a fresh log dir, start, wait, print address
+#   deploy/kafka/local.sh start    resolve jars (cached), format the log dir the first time, start, wait,
+#                                  print the address; a start after a stop keeps the topics and their data
 #   deploy/kafka/local.sh stop     SIGTERM, then SIGKILL after 30 s
 #   deploy/kafka/local.sh status   say whether it runs (exit 0 if it does, 3 if not)
+#   deploy/kafka/local.sh reset    delete the data of a stopped broker (a clean slate for the next start)
 #
 # Environment: KAFKA_PORT (9092), KAFKA_CONTROLLER_PORT (KAFKA_PORT+1), KAFKA_VERSION (4.3.1),
 # KAFKA_HOME (~/.cache/streameval/kafka: jars, Maven repository, data and logs live there).
@@ -94,16 +96,20 @@ start() {
     exit 1
   fi
   resolve_jars
-  rm -rf "$run"
   mkdir -p "$run/data"
   write_config
-  local cluster
-  cluster="$(java_cmd kafka.tools.StorageTool random-uuid 2>>"$logfile" | tail -n 1)"
-  java_cmd kafka.tools.StorageTool format -t "$cluster" -c "$run/server.properties" >>"$logfile" 2>&1 || {
-    say "formatting the log directory failed; see $logfile"
-    tail -n 20 "$logfile" >&2
-    exit 1
-  }
+  if [[ ! -f "$run/data/meta.properties" ]]; then
+    local cluster
+    cluster="$(java_cmd kafka.tools.StorageTool random-uuid 2>>"$logfile" | tail -n 1)"
+    java_cmd kafka.tools.StorageTool format -t "$cluster" -c "$run/server.properties" >>"$logfile" 2>&1 || {
+      say "formatting the log directory failed; see $logfile"
+      tail -n 20 "$logfile" >&2
+      exit 1
+    }
+    say "formatted a new log directory $run/data"
+  else
+    say "keeping the topics and data in $run/data (\`reset\` deletes them)"
+  fi
   nohup java -Xms256m -Xmx512m -XX:+UseG1GC \
     -Dlog4j2.configurationFile="file:$here/log4j2.properties" \
     -cp "$libs/*" kafka.Kafka "$run/server.properties" >>"$logfile" 2>&1 </dev/null &
@@ -160,9 +166,19 @@ status() {
   fi
 }
 
+reset() {
+  if running; then
+    say "the broker is running; stop it first"
+    exit 1
+  fi
+  rm -rf "$run"
+  say "deleted the broker's data ($run)"
+}
+
 case "${1:-}" in
   start) start ;;
   stop) stop ;;
   status) status ;;
-  *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+  reset) reset ;;
+  *) echo "usage: $0 start|stop|status|reset" >&2; exit 2 ;;
 esac

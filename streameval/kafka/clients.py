@@ -7,6 +7,7 @@ are never logged. Offsets are committed by the loop, never automatically.
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
@@ -85,13 +86,52 @@ def make_consumer(settings: Settings) -> KafkaConsumer:
         # polls every 200 ms, so 30 s is ample and bounds a stalled rebalance (default 300 s)
         "max_poll_interval_ms": 30_000,
         "max_poll_records": 2_000,
+        # offsets are committed in the checkpoint transactions; read_committed also makes the
+        # committed-offset fetch wait for a transaction still open (KIP-447), so a new owner
+        # never starts from offsets its restored state does not cover
+        "isolation_level": "read_committed",
         **_table(settings, _PRODUCER_ONLY),
     }
     return _connect("consumer", KafkaConsumer, settings, **config)
 
 
-def make_producer(settings: Settings) -> KafkaProducer:
-    config = {**_common(settings), "acks": "all", "linger_ms": 20, **_table(settings, _CONSUMER_ONLY)}
+#: Consumer settings that belong to group membership; the restore consumer has no group.
+_GROUP_ONLY = {"group_instance_id", "session_timeout_ms", "heartbeat_interval_ms", "max_poll_interval_ms"}
+
+
+def restore_consumer_config(settings: Settings) -> dict[str, Any]:
+    """The consumer that reads the changelog back: no group, committed transactions only."""
+    return {
+        **_common(settings),
+        "group_id": None,
+        "enable_auto_commit": False,
+        "auto_offset_reset": "earliest",
+        "max_partition_fetch_bytes": 8 * 1024 * 1024,
+        **_table(settings, _PRODUCER_ONLY | _GROUP_ONLY),
+        "isolation_level": "read_committed",
+    }
+
+
+def transactional_id(settings: Settings) -> str:
+    """Stable across restarts with static membership (a restart then aborts the transaction
+    its predecessor left open at once); unique per process otherwise."""
+    instance = settings.kafka.get("group_instance_id") or uuid.uuid4().hex[:12]
+    return f"streameval-{settings.group_id}-{instance}"
+
+
+def make_producer(settings: Settings, txn_id: str) -> KafkaProducer:
+    """The transactional producer of checkpoints and dead-letter records."""
+    config = {
+        **_common(settings),
+        "acks": "all",
+        "linger_ms": 20,
+        # a send waits this long at most for metadata or buffer space (a missing topic)
+        "max_block_ms": 10_000,
+        # a transaction left open by a dead instance blocks readers this long at most
+        "transaction_timeout_ms": 30_000,
+        **_table(settings, _CONSUMER_ONLY),
+        "transactional_id": txn_id,
+    }
     return _connect("producer", KafkaProducer, settings, **config)
 
 

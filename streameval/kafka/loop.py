@@ -1,10 +1,25 @@
-"""The consumer loop: poll, decode, align, process, dead-letter, commit, publish.
+"""The consumer loop: poll, decode, align, process, dead-letter, checkpoint, publish.
 
 State is per partition number: partition p of the impressions topic and partition p of every
 events topic feed one :class:`~streameval.pipeline.Pipeline` through one
-:class:`~streameval.kafka.align.Aligner`. Offsets are committed every ``COMMIT_INTERVAL_S``
-and on shutdown or revocation, only up to the last record processed, and only after the
-dead-letter producer has flushed, so no rejected record is lost.
+:class:`~streameval.kafka.align.Aligner`, and its state lives in partition p of the changelog
+topic. The life of a partition:
+
+1. assigned: its input partitions are paused; their committed offsets are fetched (with
+   ``read_committed`` the broker answers only once no transaction holding offsets for them is
+   open); then its state is read back from the changelog up to the end it has at that moment
+   (:class:`~streameval.kafka.changelog.Restorer`, a bounded step per loop round);
+2. restored: the inputs are sought to those offsets -- exactly what the restored state covers --
+   and resumed;
+3. every ``commit_interval``, a checkpoint commits the changed state, the dead-letter records
+   and the input offsets as one transaction (:mod:`streameval.kafka.checkpoint`);
+4. revoked or lost: nothing runs in the rebalance listener (it would block the client's I/O
+   thread); after the rebalance the open transaction is aborted and every owned partition
+   starts again from step 1, so a partition always resumes from a committed checkpoint.
+
+A failed checkpoint or dead-letter send takes the same path as a rebalance: abort, rewind to the
+last committed checkpoint, go on. Nothing is lost (the offsets never pass what a committed
+checkpoint covers) and nothing counts twice (what an aborted transaction held is redone once).
 """
 
 from __future__ import annotations
@@ -12,51 +27,58 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
+from kafka import ConsumerRebalanceListener, KafkaConsumer, OffsetAndMetadata, TopicPartition
 from kafka.errors import KafkaError
 
+from streameval import state
 from streameval.config import Settings
+from streameval.errors import InputError
 from streameval.kafka.align import Aligner, Entry
+from streameval.kafka.changelog import Restorer
+from streameval.kafka.checkpoint import CheckpointFailed, Transactions
 from streameval.pipeline import GroupCap, Pipeline
 from streameval.records import Rejection
-from streameval.view import Latency, View, merge_snapshots
+from streameval.view import Latency, Operations, View, merge_snapshots
 
 log = logging.getLogger(__name__)
 
-COMMIT_INTERVAL_S = 5.0
 PUBLISH_INTERVAL_S = 0.5
 POLL_TIMEOUT_MS = 200
 STATUS_LOG_INTERVAL_S = 60.0
 PAUSE_ABOVE = 5_000  # buffered records of one topic-partition before it is paused
 RESUME_BELOW = 1_000
 ALIGN_MAX_WAIT_S = 5.0  # longest wait for a topic that is behind before the others go on
+FAILURE_LOG_INTERVAL_S = 60.0
 
 
 @dataclass
 class PartitionState:
-    """Everything owned for one partition number."""
+    """Everything owned for one partition number. ``pipeline`` is None while restoring."""
 
-    pipeline: Pipeline
     aligner: Aligner
+    pipeline: Pipeline | None = None
     next_offsets: dict[str, int] = field(default_factory=dict)  # topic -> first unprocessed
-    received: dict[str, int] = field(default_factory=dict)  # topic -> first not yet received
-    committed: dict[str, int] = field(default_factory=dict)
+    committed: dict[str, int] = field(default_factory=dict)  # topic -> covered by the checkpoint
 
 
 class _Rebalance(ConsumerRebalanceListener):
+    """Runs on the client's I/O thread: only notes that the assignment changed."""
+
     def __init__(self, loop: ConsumerLoop) -> None:
         self.loop = loop
 
     def on_partitions_revoked(self, revoked: Any) -> None:
-        self.loop.on_revoked(list(revoked))
+        self.loop.rebalanced = True
 
     def on_partitions_assigned(self, assigned: Any) -> None:
-        self.loop.on_assigned(list(assigned))
+        self.loop.rebalanced = True
+
+    def on_partitions_lost(self, lost: Any) -> None:
+        self.loop.rebalanced = True
 
 
 class ConsumerLoop:
@@ -66,93 +88,165 @@ class ConsumerLoop:
         self,
         settings: Settings,
         consumer: KafkaConsumer,
-        producer: KafkaProducer,
+        transactions: Transactions,
+        restorer: Restorer,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
         self.consumer = consumer
-        self.producer = producer
+        self.transactions = transactions
+        self.restorer = restorer
         self.wall_clock = wall_clock
         self.topics = (settings.impressions_topic, *settings.events_topics)
         self.partitions: dict[int, PartitionState] = {}
         self.group_cap = GroupCap(settings.max_groups, len(settings.group_by))
         self.latency = Latency()
-        self.dead_lettered: Counter[tuple[str, str]] = Counter()
-        self.last_commit: float | None = None
-        self.ready = False
+        self.ops = Operations()
+        self.rebalanced = False
+        self.assigned = False
+        self._awaiting_offsets: set[int] = set()
         self.view: View | None = None
-        self._next_commit = 0.0
+        self._next_checkpoint = 0.0
         self._next_publish = 0.0
         self._next_status = time.monotonic() + STATUS_LOG_INTERVAL_S
         self._processed_since_status = 0
         self._paused: set[TopicPartition] = set()
+        self._failures_logged_at = -math.inf
+        self._failures_unlogged = 0
 
     def subscribe(self) -> None:
         self.consumer.subscribe(list(self.topics), listener=_Rebalance(self))
 
-    # --- rebalances ----------------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return self.assigned and not self.restorer.restoring and not self._awaiting_offsets
 
-    def on_assigned(self, assigned: list[TopicPartition]) -> None:
-        """Keep the state of partitions this instance still owns, drop the rest, open new ones.
+    # --- assignment, restore, rewind -----------------------------------------------------------
 
-        Rebalances are eager: every partition is revoked before the new assignment. For a
-        partition it keeps, the loop keeps what it buffered and seeks each topic to the first
-        offset it has not received, so the fetch goes on exactly after the buffer whether the
-        client kept its fetch position or went back to the committed offset. A topic that has
-        received nothing starts, either way, where it would have.
-        """
-        owned = {tp.partition for tp in assigned}
-        for p in [p for p in self.partitions if p not in owned]:
-            del self.partitions[p]
-        for p in sorted(owned):
-            state = self.partitions.get(p)
-            if state is None:
-                self.partitions[p] = PartitionState(
-                    Pipeline(self.settings, wall_clock=self.wall_clock, group_cap=self.group_cap),
-                    Aligner(self.topics, self.wall_clock, max_wait=ALIGN_MAX_WAIT_S),
+    def rewind(self) -> None:
+        """Abort the open transaction and start every owned partition again from its last
+        committed checkpoint (after a rebalance, a failed checkpoint or a failed send)."""
+        self.transactions.abort()
+        assignment = set(self.consumer.assignment())
+        owned = sorted({tp.partition for tp in assignment})
+        for p in owned:
+            missing = [t for t in self.topics if TopicPartition(t, p) not in assignment]
+            if missing:
+                raise InputError(
+                    f"partition {p} of {', '.join(missing)} went to another member: the input topics "
+                    "are no longer co-partitioned (partitions added to one of them?); give every input "
+                    "topic the same partition count and restart"
                 )
-                continue
-            for topic, offset in state.received.items():
-                self.consumer.seek(TopicPartition(topic, p), offset)
-        # the client may or may not keep a re-assigned partition paused: start from "none paused"
-        if assigned:
-            self.consumer.resume(*assigned)
-        self._paused.clear()
-        log.info("assigned partitions %s", sorted(owned))
-        self.ready = True
+        self.partitions = {
+            p: PartitionState(Aligner(self.topics, self.wall_clock, max_wait=ALIGN_MAX_WAIT_S)) for p in owned
+        }
+        if assignment:
+            self.consumer.pause(*assignment)
+        self._paused = set(assignment)
+        self.restorer.cancel(list(self.restorer.restoring))
+        self._awaiting_offsets = set(owned)
+        self.assigned = True
+        log.info("partitions %s: restoring state from %s", owned, self.settings.changelog_topic)
         self.publish(force=True)
 
-    def on_revoked(self, revoked: list[TopicPartition]) -> None:
-        # runs on the client's IO thread, which must not block: commit without waiting (the
-        # coordinator handles this connection's requests in order, so it lands before the rejoin)
-        self.commit(wait=False)
-        if revoked:
-            log.info("revoked partitions %s", sorted({tp.partition for tp in revoked}))
+    def _fetch_offsets(self) -> None:
+        """Committed offsets of the partitions about to be restored; a partition whose offsets
+        are not stable yet (a transaction still open) is asked again next round."""
+        ready = []
+        for p in sorted(self._awaiting_offsets):
+            try:
+                offsets = self.restorer.committed([TopicPartition(t, p) for t in self.topics])
+            except KafkaError as exc:
+                log.info("partition %d: committed offsets not available yet (%s)", p, type(exc).__name__)
+                continue
+            ps = self.partitions[p]
+            for tp, offset in offsets.items():
+                if offset is not None:
+                    ps.committed[tp.topic] = ps.next_offsets[tp.topic] = offset
+            ready.append(p)
+        self._awaiting_offsets.difference_update(ready)
+        self.restorer.start(ready)
+
+    def _restore_step(self) -> None:
+        if self._awaiting_offsets:
+            self._fetch_offsets()
+        for p, (values, records, seconds) in self.restorer.step(timeout_ms=100).items():
+            ps = self.partitions.get(p)
+            if ps is None:
+                continue
+            ps.pipeline = state.restore(self.settings, values, self.wall_clock, self.group_cap)
+            inputs = [TopicPartition(t, p) for t in self.topics]
+            for tp in inputs:
+                offset = ps.committed.get(tp.topic)
+                if offset is not None:
+                    self.consumer.seek(tp, offset)
+                elif self.settings.kafka.get("auto_offset_reset", "earliest") == "earliest":
+                    self.consumer.seek_to_beginning(tp)
+                else:
+                    self.consumer.seek_to_end(tp)
+            self.consumer.resume(*inputs)
+            self._paused.difference_update(inputs)
+            self.ops.restored(records, seconds)
+            log.info(
+                "partition %d restored: %d changelog records, %d open queries, in %.2f s",
+                p,
+                records,
+                len(ps.pipeline.joiner.open),
+                seconds,
+            )
 
     # --- the loop ------------------------------------------------------------------------------
 
     def run_once(self) -> int:
         """One poll and everything it allows; returns the number of records processed."""
+        try:
+            return self._round()
+        except CheckpointFailed as exc:
+            self.ops.checkpoint_failures += 1
+            self._log_failure(str(exc))
+            self.rewind()
+            return 0
+
+    def _round(self) -> int:
+        if self.rebalanced:
+            self.rebalanced = False
+            self.rewind()
+        if self._awaiting_offsets or self.restorer.restoring:
+            self._restore_step()
         _release_parked_fetches(self.consumer)
         batches = self.consumer.poll(timeout_ms=POLL_TIMEOUT_MS)
+        if self.rebalanced:
+            return 0  # every partition starts again from its checkpoint: these are read again
         for tp, messages in batches.items():
-            state = self.partitions.get(tp.partition)
-            if state is None:
+            ps = self.partitions.get(tp.partition)
+            if ps is None or ps.pipeline is None:
                 continue
             for message in messages:
-                state.aligner.push(self._decode(state.pipeline, tp.topic, message))
-            if messages:
-                state.received[tp.topic] = messages[-1].offset + 1
-        processed = sum(self._drain(p, state) for p, state in self.partitions.items())
+                ps.aligner.push(self._decode(ps.pipeline, tp.topic, message))
+        processed = sum(self._drain(p, ps) for p, ps in self.partitions.items() if ps.pipeline is not None)
         self._flow_control()
-        now = self.wall_clock()
-        if now >= self._next_commit:
-            self.commit()
+        if time.monotonic() >= self._next_checkpoint:
+            self.checkpoint()
         view = self.publish()
         self._processed_since_status += processed
         if time.monotonic() >= self._next_status:
             self._log_status(view)
         return processed
+
+    def _log_failure(self, message: str) -> None:
+        """The first failure in a minute is logged; the rest are counted into one line a minute."""
+        now = time.monotonic()
+        if now - self._failures_logged_at >= FAILURE_LOG_INTERVAL_S:
+            more = (
+                f" ({self._failures_unlogged} more failures in the last minute)"
+                if self._failures_unlogged
+                else ""
+            )
+            log.warning("checkpoint failed, rewinding to the last committed checkpoint: %s%s", message, more)
+            self._failures_logged_at = now
+            self._failures_unlogged = 0
+        else:
+            self._failures_unlogged += 1
 
     def _log_status(self, view: View) -> None:
         """One line a minute, so a long backlog shows its progress in the log."""
@@ -189,24 +283,27 @@ class ConsumerLoop:
 
         return caught_up
 
-    def _drain(self, partition: int, state: PartitionState) -> int:
+    def _drain(self, partition: int, ps: PartitionState) -> int:
+        pipeline = ps.pipeline
+        assert pipeline is not None
         caught_up = self._caught_up(partition)
         processed = 0
         now = self.wall_clock()
         while True:
-            entry = state.aligner.pop(caught_up)
+            entry = ps.aligner.pop(caught_up)
             if entry is None:
                 break
-            state.pipeline.handle(entry.topic, entry.record)
             if isinstance(entry.record, Rejection):
                 self._dead_letter(partition, entry, entry.record)
+                pipeline.counters.dead_lettered[(entry.topic, entry.record.reason)] += 1
+            pipeline.handle(entry.topic, entry.record)
             timestamp = getattr(entry.message, "timestamp", None)
             if timestamp is not None and timestamp > 0:
                 self.latency.observe(now - timestamp / 1000.0)
-            state.next_offsets[entry.topic] = entry.offset + 1
+            ps.next_offsets[entry.topic] = entry.offset + 1
             processed += 1
-        if not len(state.aligner) and all(caught_up(t) for t in self.topics):
-            state.pipeline.tick()
+        if not len(ps.aligner) and all(caught_up(t) for t in self.topics):
+            pipeline.tick()
         return processed
 
     def _dead_letter(self, partition: int, entry: Entry, rejection: Rejection) -> None:
@@ -218,18 +315,19 @@ class ConsumerLoop:
             ("partition", str(partition).encode()),
             ("offset", str(entry.offset).encode()),
         ]
-        self.producer.send(
+        self.transactions.send(
             self.settings.dead_letter_topic, value=message.value, key=message.key, headers=headers
         )
-        self.dead_lettered[(entry.topic, rejection.reason)] += 1
         log.debug("rejected %s[%d]@%d: %s", entry.topic, partition, entry.offset, rejection.detail)
 
     def _flow_control(self) -> None:
         pause, resume = [], []
-        for p, state in self.partitions.items():
+        for p, ps in self.partitions.items():
+            if ps.pipeline is None:
+                continue  # restoring: all its inputs stay paused
             for topic in self.topics:
                 tp = TopicPartition(topic, p)
-                n = state.aligner.buffered(topic)
+                n = ps.aligner.buffered(topic)
                 if n > PAUSE_ABOVE and tp not in self._paused:
                     pause.append(tp)
                 elif n < RESUME_BELOW and tp in self._paused:
@@ -241,32 +339,41 @@ class ConsumerLoop:
             self.consumer.resume(*resume)
             self._paused.difference_update(resume)
 
-    # --- commits and the published view --------------------------------------------------------
+    # --- checkpoints and the published view ----------------------------------------------------
 
-    def commit(self, wait: bool = True) -> None:
-        """Commit the offsets of everything processed, after the dead-letter records are durable."""
-        self._next_commit = self.wall_clock() + COMMIT_INTERVAL_S
-        offsets = {}
-        for p, state in self.partitions.items():
-            for topic, offset in state.next_offsets.items():
-                if state.committed.get(topic) != offset:
-                    offsets[TopicPartition(topic, p)] = OffsetAndMetadata(offset, "", -1)
-        if not offsets:
+    def checkpoint(self) -> None:
+        """Commit the changed state of every restored partition, the dead-letter records sent
+        since the last checkpoint and the input offsets, as one transaction. Raises
+        CheckpointFailed (the transaction is then ended; nothing of it is visible)."""
+        self._next_checkpoint = time.monotonic() + self.settings.commit_interval
+        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+        owners = []
+        for p, ps in self.partitions.items():
+            if ps.pipeline is None:
+                continue
+            moved = {t: o for t, o in ps.next_offsets.items() if ps.committed.get(t) != o}
+            if not moved and not state.pending(ps.pipeline):
+                continue
+            owners.append((ps, moved))
+            for topic, offset in moved.items():
+                offsets[TopicPartition(topic, p)] = OffsetAndMetadata(offset, "", -1)
+        if not owners and not self.transactions.open:
             return
-        try:
-            self.producer.flush(timeout=30)
-            if wait:
-                self.consumer.commit(offsets)
-            else:
-                self.consumer.commit_async(offsets)
-        except KafkaError as exc:
-            # offsets are cumulative: what is not committed now is committed next time
-            log.warning("commit failed, will retry in %.0f s: %s", COMMIT_INTERVAL_S, exc)
-            return
-        for tp, meta in offsets.items():
-            if tp.partition in self.partitions:
-                self.partitions[tp.partition].committed[tp.topic] = meta.offset
-        self.last_commit = self.wall_clock()
+        started = time.monotonic()
+        before = self.transactions.bytes_sent
+        entries = 0
+        for p, ps in self.partitions.items():
+            if ps.pipeline is None or not any(o is ps for o, _ in owners):
+                continue
+            for key, value in state.checkpoint_entries(ps.pipeline):
+                self.transactions.send(self.settings.changelog_topic, value=value, key=key, partition=p)
+                entries += 1
+        self.transactions.commit(offsets, self.consumer.group_metadata())
+        for ps, moved in owners:
+            ps.committed.update(moved)
+        self.ops.checkpointed(
+            self.wall_clock(), time.monotonic() - started, entries, self.transactions.bytes_sent - before
+        )
 
     def publish(self, force: bool = False) -> View:
         """Build the merged view the exporter reads (at most every PUBLISH_INTERVAL_S)."""
@@ -274,16 +381,19 @@ class ConsumerLoop:
         if self.view is not None and not force and now < self._next_publish:
             return self.view
         self._next_publish = now + PUBLISH_INTERVAL_S
-        snapshots = {p: s.pipeline.snapshot() for p, s in self.partitions.items()}
+        snapshots = {
+            p: ps.pipeline.snapshot() for p, ps in self.partitions.items() if ps.pipeline is not None
+        }
         lag = {}
-        for p, state in self.partitions.items():
+        for p, ps in self.partitions.items():
             for topic in self.topics:
                 try:
                     highwater = self.consumer.highwater(TopicPartition(topic, p))
                 except KafkaError:
                     highwater = None
                 if highwater is not None:
-                    lag[(topic, p)] = max(0, highwater - state.next_offsets.get(topic, highwater))
+                    lag[(topic, p)] = max(0, highwater - ps.next_offsets.get(topic, highwater))
+        self.ops.partitions_restoring = len(self.restorer.restoring) + len(self._awaiting_offsets)
         self.view = View(
             settings=self.settings,
             snapshot=merge_snapshots(snapshots.values()),
@@ -291,20 +401,32 @@ class ConsumerLoop:
             consumer_lag=lag,
             latency_buckets=tuple(self.latency.cumulative()),
             latency_sum=self.latency.total,
-            dead_lettered=Counter(self.dead_lettered),
             wall_time=now,
-            last_commit=self.last_commit,
+            ops=self.ops.copy(),
             ready=self.ready,
         )
         return self.view
 
-    def close(self) -> None:
-        """Final commit, then close both clients."""
+    def close(self) -> bool:
+        """A final checkpoint, then close every client within ``shutdown_timeout``; returns
+        whether the final checkpoint committed."""
+        deadline = time.monotonic() + self.settings.shutdown_timeout
+        ok = True
+        self.transactions.timeout = max(1.0, self.settings.shutdown_timeout * 0.6)
         try:
-            self.commit()
+            if not self.rebalanced:
+                self.checkpoint()
+        except CheckpointFailed as exc:
+            log.error("final checkpoint failed: %s; the next owner resumes from the previous one", exc)
+            ok = False
         finally:
-            self.producer.close(timeout=10)
-            self.consumer.close(autocommit=False)
+            remaining = max(0.5, deadline - time.monotonic())
+            self.restorer.close()
+            self.transactions.close(timeout=remaining / 2)
+            self.consumer.close(
+                autocommit=False, timeout_ms=int(max(0.5, deadline - time.monotonic()) * 1000)
+            )
+        return ok
 
 
 def _release_parked_fetches(consumer: KafkaConsumer) -> None:

@@ -277,7 +277,8 @@ def test_rebalances_that_keep_the_partitions_lose_and_repeat_nothing(tmp_path, t
         member.close()
     total = len(impressions) + len(events)
     metrics = daemon.wait_until(settled(total), timeout=180, what="settled after rebalances")
-    assert daemon.output().count("revoked partitions") >= 2
+    # every rebalance starts the partitions again from their checkpoints
+    assert daemon.output().count("restoring state from") >= 3
     assert_metrics_equal_replay(metrics, replay_report(tmp_path, config, impressions, events))
     assert daemon.stop() == 0
 

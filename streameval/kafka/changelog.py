@@ -1,0 +1,162 @@
+"""The changelog topic: created at start-up, read back when a partition is assigned.
+
+One changelog partition per input partition number, ``cleanup.policy=compact``, so the topic
+keeps the last value of every state key (see :mod:`streameval.state`) and compaction removes
+deleted keys. It is written only inside the checkpoint transactions and read with
+``isolation_level="read_committed"``, so a restore never sees a checkpoint that did not commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+from streameval import state
+from streameval.config import Settings
+from streameval.errors import InputError
+from streameval.kafka.clients import restore_consumer_config
+
+log = logging.getLogger(__name__)
+
+#: Topic settings of a new changelog: compaction, and segments that roll often enough for
+#: compaction to keep a restore close to the size of the live state.
+CHANGELOG_CONFIGS = {
+    "cleanup.policy": "compact",
+    "segment.ms": str(10 * 60 * 1000),
+    "min.cleanable.dirty.ratio": "0.3",
+}
+
+
+def ensure_changelog(
+    admin: KafkaAdminClient, consumer: KafkaConsumer, settings: Settings, partitions: int
+) -> None:
+    """Create the changelog topic if it is missing; refuse one with another partition count."""
+    topic = settings.changelog_topic
+    existing = consumer.partitions_for_topic(topic)
+    if not existing:
+        try:
+            admin.create_topics(
+                [
+                    NewTopic(
+                        topic,
+                        num_partitions=partitions,
+                        replication_factor=settings.changelog_replication_factor,
+                        topic_configs=CHANGELOG_CONFIGS,
+                    )
+                ],
+                wait_for_metadata=True,
+            )
+            log.info("created changelog topic %s with %d partition(s)", topic, partitions)
+            return
+        except TopicAlreadyExistsError:
+            existing = consumer.partitions_for_topic(topic)
+        except KafkaError as exc:
+            raise InputError(
+                f"changelog topic {topic} is missing and could not be created ({type(exc).__name__}: "
+                f"{exc}); create it (cleanup.policy=compact, {partitions} partitions) or grant this "
+                "client the right to create topics"
+            ) from None
+    if existing and len(existing) != partitions:
+        raise InputError(
+            f"changelog topic {topic} has {len(existing)} partitions but the input topics have "
+            f"{partitions}; it belongs to another layout: use another group_id, or delete the topic "
+            "and the group's offsets to rebuild the state from the input"
+        )
+
+
+class Restorer:
+    """Reads changelog partitions from the beginning to a given end, a bounded step at a time,
+    so the consumer loop keeps polling while a large state comes back.
+
+    The end of a partition is its high watermark (a second consumer asks for it with
+    ``read_uncommitted``), taken after the input offsets were fetched. Reading with
+    ``read_committed``, the position passes a transaction only once it has ended, so reaching
+    that end means every checkpoint that covers the fetched offsets has been read, and nothing of
+    an aborted one.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.topic = settings.changelog_topic
+        self.consumer = KafkaConsumer(**restore_consumer_config(settings))
+        self.ends = KafkaConsumer(
+            **(restore_consumer_config(settings) | {"isolation_level": "read_uncommitted"})
+        )
+        # the group's committed offsets, asked by a client that is not a member: the member's own
+        # coordinator is busy with rebalances, and its positions may run ahead of the commits
+        self.offsets = KafkaConsumer(**(restore_consumer_config(settings) | {"group_id": settings.group_id}))
+        self.values: dict[int, state.Values] = {}
+        self.targets: dict[int, int] = {}
+        self.records_read: dict[int, int] = {}
+        self.started: dict[int, float] = {}
+
+    @property
+    def restoring(self) -> set[int]:
+        return set(self.values)
+
+    def start(self, partitions: Iterable[int]) -> None:
+        """Begin (or begin again) restoring these partition numbers, up to their current end."""
+        new = list(partitions)
+        if not new:
+            return
+        tps = [TopicPartition(self.topic, p) for p in new]
+        ends = self.ends.end_offsets(tps)
+        for tp in tps:
+            self.values[tp.partition] = {}
+            self.targets[tp.partition] = ends[tp]
+            self.records_read[tp.partition] = 0
+            self.started[tp.partition] = time.monotonic()
+        self._assign()
+        self.consumer.seek_to_beginning(*tps)
+
+    def cancel(self, partitions: Iterable[int]) -> None:
+        for p in list(partitions):
+            for table in (self.values, self.targets, self.records_read, self.started):
+                table.pop(p, None)
+        self._assign()
+
+    def _assign(self) -> None:
+        self.consumer.assign([TopicPartition(self.topic, p) for p in sorted(self.values)])
+
+    def step(self, timeout_ms: int = 200) -> dict[int, tuple[state.Values, int, float]]:
+        """Read what one poll brings; returns the partitions now complete with their values,
+        the records read and the seconds it took. Raises StateError on an unreadable record."""
+        if not self.values:
+            return {}
+        waiting = [p for p in self.values if self.targets[p] > 0]
+        batches = self.consumer.poll(timeout_ms=timeout_ms if waiting else 0, max_records=20_000)
+        for tp, messages in batches.items():
+            values = self.values.get(tp.partition)
+            if values is None:
+                continue
+            where = f"{tp.topic}[{tp.partition}]@"
+            state.latest(((m.key, m.value, f"{where}{m.offset}") for m in messages), into=values)
+            self.records_read[tp.partition] += len(messages)
+        done = {}
+        for p in list(self.values):
+            target = self.targets[p]
+            if target > 0:
+                try:
+                    position = self.consumer.position(TopicPartition(self.topic, p), timeout_ms=0)
+                except KafkaError:
+                    continue
+                if position is None or position < target:
+                    continue
+            done[p] = (self.values.pop(p), self.records_read.pop(p), time.monotonic() - self.started.pop(p))
+            del self.targets[p]
+        if done:
+            self._assign()
+        return done
+
+    def committed(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets; with ``read_committed`` the broker answers only once
+        no open transaction holds offsets for them (KafkaError until then)."""
+        return {tp: self.offsets.committed(tp, timeout_ms=2_000) for tp in partitions}
+
+    def close(self) -> None:
+        for client in (self.consumer, self.ends, self.offsets):
+            client.close(autocommit=False)

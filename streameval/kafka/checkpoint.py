@@ -1,0 +1,144 @@
+"""Checkpoints as Kafka transactions (Kafka Streams' exactly-once v2, KIP-447).
+
+Everything the daemon writes -- changelog entries and dead-letter records -- goes out in the
+open transaction, and a checkpoint commits it together with the input offsets it covers
+(``send_offsets_to_transaction`` with the consumer's group metadata, so a member that lost its
+partitions in a rebalance is fenced by the broker). Either all of it becomes visible or none:
+the changelog is read with ``read_committed``, and the committed offsets are exactly those of
+the last committed state.
+
+This class is the one place that decides what a failed send, commit or abort means: every
+failure ends the transaction (abort, or a fresh producer whose ``init_transactions`` aborts it)
+and raises :class:`CheckpointFailed`; the loop then rewinds to the last committed checkpoint.
+Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kafka import KafkaProducer
+from kafka.errors import KafkaError, KafkaTimeoutError
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointFailed(Exception):
+    """The open transaction could not be committed; it has been ended (nothing of it is visible)."""
+
+
+class Transactions:
+    """The transactional producer, with bounded waits and one failure path."""
+
+    def __init__(self, factory: Callable[[], KafkaProducer], timeout: float = 30.0) -> None:
+        self.factory = factory
+        self.timeout = timeout
+        self.producer: KafkaProducer | None = None
+        self.open = False
+        self._sent: list[Any] = []
+        self.bytes_sent = 0
+
+    def connect(self) -> None:
+        """A producer with its transactional state initialised (aborting what a predecessor with
+        the same transactional id left open)."""
+        producer = self.factory()
+        try:
+            producer.init_transactions()
+        except BaseException:
+            producer.close(timeout=0)
+            raise
+        self.producer = producer
+        self.open = False
+        self._sent = []
+
+    def send(self, topic: str, value: bytes | None, key: bytes | None, **kwargs: Any) -> None:
+        """Send inside the open transaction (begun on demand). A failure raises CheckpointFailed."""
+        try:
+            producer = self._begin()
+            self._sent.append(producer.send(topic, value=value, key=key, **kwargs))
+        except (KafkaError, ValueError, AssertionError) as exc:
+            self._end_failed()
+            raise CheckpointFailed(f"send to {topic} failed: {_describe(exc)}") from None
+        self.bytes_sent += len(value or b"") + len(key or b"")
+
+    def commit(self, offsets: dict[Any, Any], group_metadata: Any) -> None:
+        """Commit everything sent since the last commit, with ``offsets``, as one transaction."""
+        deadline = time.monotonic() + self.timeout
+        try:
+            producer = self._begin()
+            producer.flush(timeout=self.timeout)
+            for future in self._sent:
+                if not future.is_done:
+                    raise KafkaTimeoutError("a record was not acknowledged in time")
+                if future.failed():
+                    raise future.exception
+            manager = producer._transaction_manager
+            if offsets:
+                _await(manager.send_offsets_to_transaction(offsets, group_metadata), producer, deadline)
+            _await(manager.begin_commit(), producer, deadline)
+        except (KafkaError, ValueError, AssertionError) as exc:
+            self._end_failed()
+            raise CheckpointFailed(_describe(exc)) from None
+        self.open = False
+        self._sent = []
+
+    def abort(self) -> None:
+        """End the open transaction without making any of it visible."""
+        if self.open:
+            self._end_failed()
+
+    def close(self, timeout: float) -> None:
+        if self.producer is not None:
+            try:
+                if self.open:
+                    _await(
+                        self.producer._transaction_manager.begin_abort(),
+                        self.producer,
+                        time.monotonic() + timeout,
+                    )
+            except (KafkaError, AssertionError):
+                pass  # the broker aborts it after transaction_timeout_ms
+            self.producer.close(timeout=timeout)
+            self.producer = None
+
+    def _begin(self) -> KafkaProducer:
+        if self.producer is None:
+            self.connect()
+        assert self.producer is not None
+        if not self.open:
+            self.producer.begin_transaction()
+            self.open = True
+        return self.producer
+
+    def _end_failed(self) -> None:
+        """Abort; when even that fails, replace the producer (its init aborts the transaction)."""
+        producer, self.producer = self.producer, None
+        self.open = False
+        self._sent = []
+        if producer is None:
+            return
+        try:
+            _await(producer._transaction_manager.begin_abort(), producer, time.monotonic() + self.timeout)
+            self.producer = producer
+            return
+        except (KafkaError, AssertionError) as exc:
+            log.warning(
+                "abort failed (%s); a new producer will take over the transactional id", _describe(exc)
+            )
+        producer.close(timeout=0)
+
+
+def _await(result: Any, producer: KafkaProducer, deadline: float) -> None:
+    """Wait for a transaction-manager result until ``deadline`` (the client's own methods wait
+    without a bound)."""
+    producer._sender.wakeup()
+    remaining = max(0.0, deadline - time.monotonic())
+    if not result.wait(timeout_ms=remaining * 1000):
+        raise KafkaTimeoutError(f"no answer from the transaction coordinator within {remaining:.0f} s")
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -1,0 +1,177 @@
+"""Exact after failure: SIGKILL, SIGTERM, a second member, an unreadable changelog -- each
+compared with `streameval replay` on the same logs."""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+
+import orjson
+import pytest
+from kafka import KafkaProducer
+
+from tests.integration.conftest import Daemon, Topics, key_of, value
+from tests.integration.test_daemon import (
+    DAEMON_CONFIG,
+    T0,
+    assert_metrics_equal_replay,
+    replay_report,
+    settled,
+    time_ordered,
+    ts_of,
+)
+from tests.logs import random_log
+
+pytestmark = pytest.mark.integration
+
+
+def live_log(seed: int, n_queries: int = 600):
+    log = random_log(
+        random.Random(seed),
+        n_queries=n_queries,
+        t0=T0,
+        span=600.0,
+        horizon=10.0,
+        models=("ranker-a", "ranker-b", "ranker-c"),
+    )
+    return time_ordered(log.impressions), time_ordered(log.events)
+
+
+class Feed(threading.Thread):
+    """Produces the records in time order, a batch at a time, while the test does other things."""
+
+    def __init__(self, topics: Topics, impressions: list[bytes], events: list[bytes], seconds: float):
+        super().__init__(daemon=True)
+        merged = [(topics.impressions, r) for r in impressions] + [(topics.clicks, r) for r in events]
+        self.records = sorted(merged, key=lambda tr: ts_of(tr[1]) or 0.0)
+        self.bootstrap = topics.bootstrap
+        self.pause = seconds / max(1, len(self.records) // 25)
+
+    def run(self) -> None:
+        producer = KafkaProducer(bootstrap_servers=self.bootstrap, linger_ms=0)
+        for i, (topic, raw) in enumerate(self.records):
+            producer.send(topic, value=raw, key=key_of(raw))
+            if i % 25 == 24:
+                producer.flush()
+                time.sleep(self.pause)
+        producer.flush()
+        producer.close()
+
+
+def config_with_kafka(topics: Topics, path, instance: str | None = None, **extra):
+    config = topics.config(path, **(DAEMON_CONFIG | {"commit_interval": "1s"} | extra))
+    if instance is not None:
+        config.write_text(config.read_text() + f'\n[kafka]\ngroup_instance_id = "{instance}"\n')
+    return config
+
+
+def wait_processing(daemon: Daemon, at_least: float) -> None:
+    daemon.wait_until(
+        lambda m: value(m, "streameval_records_consumed_total") >= at_least, what=f">= {at_least} consumed"
+    )
+
+
+def test_sigkill_twice_during_live_traffic_ends_exact(tmp_path, topics: Topics, daemons) -> None:
+    impressions, events = live_log(11)
+    total = len(impressions) + len(events)
+    topics.create(partitions=3)
+    config = config_with_kafka(topics, tmp_path / "c.toml", instance="kill-test")
+    feed = Feed(topics, impressions, events, seconds=25)
+    daemon = Daemon(config)
+    daemons.append(daemon)
+    daemon.wait_until(lambda m: value(m, "streameval_ready") == 1, what="ready")
+    feed.start()
+    for share in (0.25, 0.55):
+        wait_processing(daemon, share * total)
+        time.sleep(1.5)  # past a checkpoint, and into the next interval
+        daemon.proc.send_signal(signal.SIGKILL)
+        daemon.proc.wait()
+        daemon = Daemon(config)
+        daemons.append(daemon)
+    feed.join()
+    metrics = daemon.wait_until(settled(total), timeout=120, what="everything settled after two kills")
+    assert_metrics_equal_replay(metrics, replay_report(tmp_path, config, impressions, events))
+    assert value(metrics, "streameval_restores_total") >= 3
+    assert daemon.stop(signal.SIGTERM) == 0
+
+
+def test_sigterm_restart_mid_traffic_ends_exact(tmp_path, topics: Topics, daemons) -> None:
+    impressions, events = live_log(12, n_queries=400)
+    total = len(impressions) + len(events)
+    topics.create(partitions=2)
+    config = config_with_kafka(topics, tmp_path / "c.toml")
+    feed = Feed(topics, impressions, events, seconds=15)
+    daemon = Daemon(config)
+    daemons.append(daemon)
+    daemon.wait_until(lambda m: value(m, "streameval_ready") == 1, what="ready")
+    feed.start()
+    wait_processing(daemon, 0.4 * total)
+    assert daemon.stop(signal.SIGTERM) == 0
+    assert "final checkpoint" in daemon.output() and "Traceback" not in daemon.output()
+    daemon = Daemon(config)
+    daemons.append(daemon)
+    feed.join()
+    metrics = daemon.wait_until(settled(total), timeout=120, what="everything settled after a restart")
+    assert_metrics_equal_replay(metrics, replay_report(tmp_path, config, impressions, events))
+    assert daemon.stop(signal.SIGTERM) == 0
+
+
+def test_two_members_one_killed_the_survivor_holds_everything(tmp_path, topics: Topics, daemons) -> None:
+    impressions, events = live_log(13, n_queries=500)
+    total = len(impressions) + len(events)
+    topics.create(partitions=4)
+    a_config = config_with_kafka(topics, tmp_path / "a.toml")
+    b_config = config_with_kafka(topics, tmp_path / "b.toml")
+    a, b = Daemon(a_config), Daemon(b_config)
+    daemons += [a, b]
+    for d in (a, b):
+        d.wait_until(lambda m: value(m, "streameval_ready") == 1, what="ready")
+    feed = Feed(topics, impressions, events, seconds=20)
+    feed.start()
+    b.wait_until(lambda m: value(m, "streameval_records_consumed_total") >= 0.15 * total, what="b consumed")
+    time.sleep(1.5)
+    b.proc.send_signal(signal.SIGKILL)
+    b.proc.wait()
+    feed.join()
+    metrics = a.wait_until(settled(total), timeout=150, what="the survivor settled everything")
+    # the survivor alone: its summed parts and its _total counters cover all four partitions
+    assert_metrics_equal_replay(metrics, replay_report(tmp_path, a_config, impressions, events))
+    assert a.stop(signal.SIGTERM) == 0
+
+
+def test_first_start_creates_the_changelog_and_an_unreadable_record_stops_with_its_place(
+    tmp_path, topics: Topics, daemons
+) -> None:
+    impressions, events = live_log(14, n_queries=50)
+    topics.create(partitions=1)
+    topics.produce(topics.impressions, impressions)
+    topics.produce(topics.clicks, events)
+    config = config_with_kafka(topics, tmp_path / "c.toml")
+    daemon = Daemon(config)
+    daemons.append(daemon)
+    daemon.wait_until(settled(len(impressions) + len(events)), what="settled")
+    assert daemon.stop(signal.SIGTERM) == 0
+    changelog = f"{topics.group}-changelog"
+    assert f"created changelog topic {changelog}" in daemon.output()
+    configs = topics.admin.describe_configs([_resource(changelog)])
+    assert "compact" in str(configs)
+
+    producer = KafkaProducer(bootstrap_servers=topics.bootstrap)
+    producer.send(changelog, key=b"q:broken", value=b"{not json", partition=0)
+    producer.send(changelog, key=b"q:future", value=orjson.dumps({"v": 99}), partition=0)
+    producer.flush()
+    producer.close()
+    restarted = Daemon(config)
+    daemons.append(restarted)
+    code = restarted.proc.wait(timeout=90)
+    out = restarted.output()
+    assert code == 2, out
+    assert f"{changelog}[0]@" in out and "is not JSON" in out and "Traceback" not in out
+
+
+def _resource(topic: str):
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    return ConfigResource(ConfigResourceType.TOPIC, topic)
