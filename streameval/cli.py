@@ -25,7 +25,9 @@ _NO_FLAG = {"kafka", "grades", "horizons", "events_topics"}
 
 
 def _add_config_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", metavar="FILE", help="TOML config file (SPEC 6a keys)")
+    parser.add_argument(
+        "--config", metavar="FILE", help="TOML config file (every key: README, section Configuration)"
+    )
     parser.add_argument(
         "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging"
     )

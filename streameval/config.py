@@ -70,7 +70,7 @@ class Window:
 
 @dataclass(frozen=True)
 class Settings:
-    """Every key of SPEC section 6a, validated. Durations are float seconds."""
+    """Every configuration key (README, section Configuration), validated. Durations are float seconds."""
 
     bootstrap_servers: str = "localhost:9092"
     group_id: str = "streameval"
@@ -283,7 +283,7 @@ _VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "shutdown_timeout": parse_duration,
     "changelog_replication_factor": _int_in(1, 32767),
 }
-#: Every configuration key, in the order of SPEC section 6a.
+#: Every configuration key, in the order of the README table.
 KEYS = tuple(_VALIDATORS)
 #: Keys whose values stay raw strings when they come from the environment or a flag.
 _STRING_KEYS = frozenset(

@@ -29,6 +29,7 @@ from streameval.kafka.clients import (
     make_admin,
     make_consumer,
     make_producer,
+    max_message_bytes,
     transactional_id,
 )
 from streameval.kafka.loop import ConsumerLoop
@@ -114,6 +115,7 @@ def _connect(settings: Settings) -> ConsumerLoop:
         admin = make_admin(settings)
         try:
             ensure_topic(admin, settings.dead_letter_topic, 1)
+            dead_letter_limit = max_message_bytes(admin, settings, settings.dead_letter_topic)
             ensure_changelog(admin, consumer, settings, partitions)
         finally:
             admin.close()
@@ -133,4 +135,4 @@ def _connect(settings: Settings) -> ConsumerLoop:
         consumer.close(autocommit=False)
         raise
     log.info("%d partition(s) per input topic; state in %s", partitions, settings.changelog_topic)
-    return ConsumerLoop(settings, consumer, transactions, restorer)
+    return ConsumerLoop(settings, consumer, transactions, restorer, dead_letter_limit=dead_letter_limit)

@@ -1,6 +1,6 @@
 """The join of engagement events to impressions, and the life of a query until it settles.
 
-Rules (SPEC section 2):
+Rules (README, section Definitions, The join):
 
 - An event is attributed to the impression with its ``query_id`` when
   ``imp.ts <= ev.ts <= imp.ts + horizon(ev.type)``; otherwise it is unattributed with the
@@ -21,7 +21,7 @@ Rules (SPEC section 2):
 The daemon remembers tombstones and dedup keys for a bounded time: max(max horizon, 10 min)
 plus ``orphan_ttl`` of event time past the event or the settling. ``replay`` passes
 ``remember_until_end=True``: it keeps them, and holds orphans, until the input ends, so its
-answer is the batch definition of SPEC sections 2-3 however far apart related records are.
+answer is the batch definition of the README (Definitions) however far apart related records are.
 """
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ def _block(sums: Sums, pipeline: Pipeline) -> dict[str, Any]:
 
 
 def build_report(pipeline: Pipeline) -> dict[str, Any]:
-    """The JSON report of SPEC section 6: overall (pooled), per group, and the input counts."""
+    """The JSON report (README, `streameval replay`): overall (pooled), per group, and the input counts."""
     n = len(pipeline.metrics)
     overall = Sums(n)
     groups: list[tuple[tuple[str, ...], Sums]] = sorted(

@@ -1,4 +1,4 @@
-"""An independent batch implementation of SPEC sections 2-3, written from the spec text.
+"""An independent batch implementation of the README's Definitions, written from their text.
 
 It imports nothing from streameval: it is the brute force the pipeline is checked against.
 Input: decoded, valid records as dicts (items already strings).

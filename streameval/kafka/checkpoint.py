@@ -21,13 +21,18 @@ from collections.abc import Callable
 from typing import Any
 
 from kafka import KafkaProducer
-from kafka.errors import KafkaError, KafkaTimeoutError
+from kafka.errors import KafkaError, KafkaTimeoutError, MessageSizeTooLargeError, RecordListTooLargeError
 
 log = logging.getLogger(__name__)
 
 
 class CheckpointFailed(Exception):
-    """The open transaction could not be committed; it has been ended (nothing of it is visible)."""
+    """The open transaction could not be committed; it has been ended (nothing of it is visible).
+    ``too_large`` tells that a record was refused for its size."""
+
+    def __init__(self, message: str, too_large: bool = False) -> None:
+        super().__init__(message)
+        self.too_large = too_large
 
 
 class Transactions:
@@ -61,7 +66,7 @@ class Transactions:
             self._sent.append(producer.send(topic, value=value, key=key, **kwargs))
         except (KafkaError, ValueError, AssertionError) as exc:
             self._end_failed()
-            raise CheckpointFailed(f"send to {topic} failed: {_describe(exc)}") from None
+            raise CheckpointFailed(f"send to {topic} failed: {_describe(exc)}", _too_large(exc)) from None
         self.bytes_sent += len(value or b"") + len(key or b"")
 
     def commit(self, offsets: dict[Any, Any], group_metadata: Any) -> None:
@@ -81,7 +86,7 @@ class Transactions:
             _await(manager.begin_commit(), producer, deadline)
         except (KafkaError, ValueError, AssertionError) as exc:
             self._end_failed()
-            raise CheckpointFailed(_describe(exc)) from None
+            raise CheckpointFailed(_describe(exc), _too_large(exc)) from None
         self.open = False
         self._sent = []
 
@@ -138,6 +143,10 @@ def _await(result: Any, producer: KafkaProducer, deadline: float) -> None:
     remaining = max(0.0, deadline - time.monotonic())
     if not result.wait(timeout_ms=remaining * 1000):
         raise KafkaTimeoutError(f"no answer from the transaction coordinator within {remaining:.0f} s")
+
+
+def _too_large(exc: BaseException) -> bool:
+    return isinstance(exc, MessageSizeTooLargeError | RecordListTooLargeError)
 
 
 def _describe(exc: BaseException) -> str:

@@ -11,7 +11,7 @@ import uuid
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
-from kafka.admin import NewTopic
+from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.errors import KafkaConfigurationError, KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
 
@@ -164,6 +164,21 @@ def check_topics(settings: Settings, consumer: KafkaConsumer) -> int:
             "events must be keyed by query_id into topics with the same partition count"
         )
     return next(iter(counts.values()))
+
+
+def max_message_bytes(admin: KafkaAdminClient, settings: Settings, topic: str) -> int:
+    """The largest record ``topic`` takes from our producer: the smaller of the producer's
+    ``max_request_size`` and the topic's ``max.message.bytes`` (when it can be read)."""
+    limit = int(settings.kafka.get("max_request_size", 1_048_576))
+    try:
+        described = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic, ["max.message.bytes"])]
+        )
+        value = described["topic"][topic]["max.message.bytes"]["value"]
+        limit = min(limit, int(value))
+    except (KafkaError, KeyError, TypeError, ValueError) as exc:
+        log.info("cannot read max.message.bytes of %s (%s); assuming %d", topic, type(exc).__name__, limit)
+    return limit
 
 
 def ensure_topic(admin: KafkaAdminClient, topic: str, partitions: int) -> None:

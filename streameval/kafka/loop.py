@@ -40,6 +40,7 @@ from streameval.errors import InputError
 from streameval.kafka.align import Aligner, Entry
 from streameval.kafka.changelog import Restorer
 from streameval.kafka.checkpoint import CheckpointFailed, Transactions
+from streameval.kafka.deadletter import dead_letter_record
 from streameval.pipeline import GroupCap, Pipeline
 from streameval.records import Rejection
 from streameval.view import Latency, Operations, View, merge_snapshots
@@ -53,6 +54,9 @@ PAUSE_ABOVE = 5_000  # buffered records of one topic-partition before it is paus
 RESUME_BELOW = 1_000
 ALIGN_MAX_WAIT_S = 5.0  # longest wait for a topic that is behind before the others go on
 FAILURE_LOG_INTERVAL_S = 60.0
+END_OFFSETS_INTERVAL_S = 1.0  # how often the end offsets of the inputs are asked for
+DEAD_LETTER_LIMIT = 1_000_000
+MIN_DEAD_LETTER_LIMIT = 256
 
 
 @dataclass
@@ -91,6 +95,7 @@ class ConsumerLoop:
         transactions: Transactions,
         restorer: Restorer,
         wall_clock: Callable[[], float] = time.time,
+        dead_letter_limit: int = DEAD_LETTER_LIMIT,
     ) -> None:
         self.settings = settings
         self.consumer = consumer
@@ -102,9 +107,14 @@ class ConsumerLoop:
         self.group_cap = GroupCap(settings.max_groups, len(settings.group_by))
         self.latency = Latency()
         self.ops = Operations()
+        #: bytes a dead-letter record may take (the smaller of the producer's max_request_size and
+        #: the topic's max.message.bytes; halved when the broker still refuses one)
+        self.dead_letter_limit = dead_letter_limit
         self.rebalanced = False
         self.assigned = False
         self._awaiting_offsets: set[int] = set()
+        self._ends: dict[TopicPartition, int] = {}
+        self._ends_due = 0.0
         self.view: View | None = None
         self._next_checkpoint = 0.0
         self._next_publish = 0.0
@@ -203,6 +213,9 @@ class ConsumerLoop:
             return self._round()
         except CheckpointFailed as exc:
             self.ops.checkpoint_failures += 1
+            if exc.too_large and self.dead_letter_limit > MIN_DEAD_LETTER_LIMIT:
+                # the broker knows a lower limit than we were told: cut dead-letter copies shorter
+                self.dead_letter_limit = max(MIN_DEAD_LETTER_LIMIT, self.dead_letter_limit // 2)
             self._log_failure(str(exc))
             self.rewind()
             return 0
@@ -215,6 +228,7 @@ class ConsumerLoop:
             self._restore_step()
         _release_parked_fetches(self.consumer)
         batches = self.consumer.poll(timeout_ms=POLL_TIMEOUT_MS)
+        self._refresh_ends()
         if self.rebalanced:
             return 0  # every partition starts again from its checkpoint: these are read again
         for tp, messages in batches.items():
@@ -271,15 +285,46 @@ class ConsumerLoop:
             record = pipeline.decode_event(raw, topic)
         return Entry(topic, message.offset, record, message)
 
+    def _end(self, tp: TopicPartition) -> int | None:
+        """The end of an input partition as far as it is known: the larger of the end offset
+        asked for at most every END_OFFSETS_INTERVAL_S (the last stable offset, with
+        read_committed) and the high watermark of the latest fetch response."""
+        try:
+            highwater = self.consumer.highwater(tp)
+        except KafkaError:
+            highwater = None
+        listed = self._ends.get(tp)
+        if highwater is None:
+            return listed
+        return highwater if listed is None else max(highwater, listed)
+
+    def _refresh_ends(self) -> None:
+        now = time.monotonic()
+        if now < self._ends_due:
+            return
+        self._ends_due = now + END_OFFSETS_INTERVAL_S
+        owned = [tp for tp in self.consumer.assignment() if tp not in self._paused]
+        if not owned:
+            return
+        try:
+            self._ends.update(self.consumer.end_offsets(owned))
+        except KafkaError as exc:
+            log.debug("end offsets not available: %s", exc)
+
     def _caught_up(self, partition: int) -> Callable[[str], bool]:
+        """A topic of this partition is caught up when it has nothing more to fetch now: its
+        position is at its known end (see :meth:`_end`)."""
+
         def caught_up(topic: str) -> bool:
             tp = TopicPartition(topic, partition)
+            end = self._end(tp)
+            if end is None:
+                return False
             try:
-                highwater = self.consumer.highwater(tp)
-                position = self.consumer.position(tp, timeout_ms=0) if highwater is not None else None
+                position = self.consumer.position(tp, timeout_ms=0)
             except KafkaError:
                 return False
-            return highwater is not None and position is not None and position >= highwater
+            return position is not None and position >= end
 
         return caught_up
 
@@ -307,17 +352,17 @@ class ConsumerLoop:
         return processed
 
     def _dead_letter(self, partition: int, entry: Entry, rejection: Rejection) -> None:
-        message = entry.message
-        headers = [
-            ("reason", rejection.reason.encode()),
-            ("detail", rejection.detail.encode("utf-8", "replace")),
-            ("topic", entry.topic.encode()),
-            ("partition", str(partition).encode()),
-            ("offset", str(entry.offset).encode()),
-        ]
-        self.transactions.send(
-            self.settings.dead_letter_topic, value=message.value, key=message.key, headers=headers
+        key, value, headers = dead_letter_record(
+            entry.message.key,
+            entry.message.value,
+            rejection.reason,
+            rejection.detail,
+            entry.topic,
+            partition,
+            entry.offset,
+            self.dead_letter_limit,
         )
+        self.transactions.send(self.settings.dead_letter_topic, value=value, key=key, headers=headers)
         log.debug("rejected %s[%d]@%d: %s", entry.topic, partition, entry.offset, rejection.detail)
 
     def _flow_control(self) -> None:
@@ -387,12 +432,10 @@ class ConsumerLoop:
         lag = {}
         for p, ps in self.partitions.items():
             for topic in self.topics:
-                try:
-                    highwater = self.consumer.highwater(TopicPartition(topic, p))
-                except KafkaError:
-                    highwater = None
-                if highwater is not None:
-                    lag[(topic, p)] = max(0, highwater - ps.next_offsets.get(topic, highwater))
+                end = self._end(TopicPartition(topic, p))
+                start = ps.next_offsets.get(topic, ps.committed.get(topic))
+                if end is not None:
+                    lag[(topic, p)] = max(0, end - (start if start is not None else 0))
         self.ops.partitions_restoring = len(self.restorer.restoring) + len(self._awaiting_offsets)
         self.view = View(
             settings=self.settings,

@@ -1,0 +1,62 @@
+"""The daemon under trouble: each test injects one fault on the real broker."""
+
+from __future__ import annotations
+
+import random
+import signal
+
+import pytest
+from kafka.admin import NewTopic
+
+from tests.integration.conftest import Daemon, Topics, value
+from tests.integration.test_daemon import (
+    DAEMON_CONFIG,
+    T0,
+    assert_metrics_equal_replay,
+    replay_report,
+    settled,
+    time_ordered,
+)
+from tests.logs import random_log
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+
+
+def test_poison_records_reach_a_small_dead_letter_topic_cut_to_fit(tmp_path, topics: Topics, daemons) -> None:
+    """A dead-letter topic that takes 300 bytes, a 1 KB and a 1,048,450-byte non-JSON record:
+    both reach it, cut to fit with a header saying so; nothing stops, the values stay exact."""
+    log = random_log(random.Random(21), n_queries=150, t0=T0, span=240.0, horizon=10.0)
+    impressions, events = time_ordered(log.impressions), time_ordered(log.events)
+    poison = [b"<" + b"x" * 1022 + b">", b"{" * 1_048_450]
+    impressions[40:40] = poison
+    topics.create(partitions=2)
+    topics.admin.create_topics(
+        [
+            NewTopic(
+                topics.dlq, num_partitions=1, replication_factor=1, topic_configs={"max.message.bytes": "300"}
+            )
+        ],
+        wait_for_metadata=True,
+    )
+    topics.produce(topics.impressions, impressions)
+    topics.produce(topics.clicks, events)
+    config = topics.config(tmp_path / "c.toml", **DAEMON_CONFIG)
+    daemon = Daemon(config)
+    daemons.append(daemon)
+    total = len(impressions) + len(events)
+    metrics = daemon.wait_until(settled(total), timeout=120, what="settled with poison records")
+    assert_metrics_equal_replay(metrics, replay_report(tmp_path, config, impressions, events))
+
+    n_bad = sum(log.rejected.values()) + len(poison)
+    dead = topics.read_all(topics.dlq, n_bad)
+    assert len(dead) == n_bad
+    assert value(metrics, "streameval_dead_letter_records_total") == n_bad
+    # the poison copies are there, cut to fit, and say so (others may be cut too: 300 bytes is little)
+    notes = {dict(m.headers).get("truncated", b""): m for m in dead}
+    for size, raw in zip((1024, 1_048_450), poison, strict=True):
+        message = next(m for note, m in notes.items() if b"value %d bytes" % size in note)
+        assert dict(message.headers)["reason"] == b"not_json"
+        assert raw.startswith(message.value or b"")
+        assert len(message.value or b"") + len(message.key or b"") < 300
+    assert daemon.stop(signal.SIGTERM) == 0
+    assert "Traceback" not in daemon.output()
