@@ -48,3 +48,29 @@ def test_rejections_go_out_at_the_head_of_their_topic_in_offset_order() -> None:
     while (entry := aligner.pop(lambda topic: True)) is not None:
         offsets.append((entry.topic, entry.offset))
     assert offsets == [("evs", 0), ("imps", 0), ("imps", 1)]
+
+
+def test_the_wait_is_timed_per_topic_and_starts_again_when_a_topic_runs_dry() -> None:
+    """A topic that waited out its time (here: one that never gets data) must not let the merge
+    run ahead of another topic that falls behind later."""
+    now = [0.0]
+    aligner = Aligner(["imps", "evs", "buys"], clock=lambda: now[0], max_wait=5.0)
+    behind = {"buys"}  # never caught up, never any data
+
+    def caught_up(topic: str) -> bool:
+        return topic not in behind
+
+    aligner.push(imp(0, 10))
+    aligner.push(ev(0, 11))
+    assert aligner.pop(caught_up) is None
+    now[0] = 5.0
+    assert aligner.pop(caught_up).offset == 0  # type: ignore[union-attr]  # buys waited out
+    # evs runs dry with records still to fetch: the merge waits for it again, 5 s from now
+    aligner.push(imp(1, 20))
+    assert aligner.pop(caught_up).topic == "evs"  # type: ignore[union-attr]
+    behind.add("evs")
+    assert aligner.pop(caught_up) is None
+    now[0] = 9.9
+    assert aligner.pop(caught_up) is None
+    now[0] = 10.0
+    assert aligner.pop(caught_up).topic == "imps"  # type: ignore[union-attr]

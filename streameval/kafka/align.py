@@ -7,7 +7,9 @@ timestamp, but only while every topic of the partition either has a buffered rec
 caught up (nothing more to fetch). A topic that is behind blocks the others -- the loop pauses
 the topics that run ahead -- so a backlog is processed exactly like live traffic. A topic that
 stays empty without being caught up blocks for at most ``max_wait`` seconds (Kafka Streams'
-``max.task.idle.ms``), so one stuck partition cannot stop the others forever.
+``max.task.idle.ms``), so one stuck topic cannot stop the others forever. The wait is timed per
+topic and starts again each time the topic runs dry: a topic that waited out its time once
+does not let the merge run ahead of another topic that falls behind later.
 
 Rejected records carry no usable time; they are handed out as soon as they reach the head of
 their topic's buffer, which keeps each topic in offset order (committed offsets never skip
@@ -41,7 +43,7 @@ class Aligner:
         self.buffers: dict[str, deque[Entry]] = {t: deque() for t in topics}
         self.clock = clock
         self.max_wait = max_wait
-        self._blocked_since: float | None = None
+        self._dry_since: dict[str, float] = {}  # topic -> when it ran dry without being caught up
 
     def push(self, entry: Entry) -> None:
         self.buffers[entry.topic].append(entry)
@@ -56,26 +58,25 @@ class Aligner:
         """The next entry to process, or None when the merge must wait for more input."""
         best: deque[Entry] | None = None
         best_ts = 0.0
-        waiting = False
+        dry: list[str] = []
         for topic, buffer in self.buffers.items():
             if not buffer:
-                if not caught_up(topic):
-                    waiting = True
+                if caught_up(topic):
+                    self._dry_since.pop(topic, None)
+                else:
+                    dry.append(topic)
                 continue
+            self._dry_since.pop(topic, None)
             head = buffer[0].record
             if isinstance(head, Rejection):
                 return buffer.popleft()
             if best is None or head.ts < best_ts:
                 best, best_ts = buffer, head.ts
         if best is None:
-            self._blocked_since = None
             return None
-        if waiting:
+        if dry:
             now = self.clock()
-            if self._blocked_since is None:
-                self._blocked_since = now
-            if now - self._blocked_since < self.max_wait:
-                return None
-        else:
-            self._blocked_since = None
+            for topic in dry:
+                if now - self._dry_since.setdefault(topic, now) < self.max_wait:
+                    return None  # this topic may still bring an earlier record
         return best.popleft()

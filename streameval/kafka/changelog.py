@@ -104,7 +104,7 @@ class Restorer:
         if not new:
             return
         tps = [TopicPartition(self.topic, p) for p in new]
-        ends = self.ends.end_offsets(tps)
+        ends = self.ends.end_offsets(tps, timeout_ms=2_000)
         for tp in tps:
             self.values[tp.partition] = {}
             self.targets[tp.partition] = ends[tp]

@@ -162,10 +162,10 @@ class ConsumerLoop:
     def _fetch_offsets(self) -> None:
         """Committed offsets of the partitions about to be restored; a partition whose offsets
         are not stable yet (a transaction still open) is asked again next round."""
-        ready = []
         for p in sorted(self._awaiting_offsets):
             try:
                 offsets = self.restorer.committed([TopicPartition(t, p) for t in self.topics])
+                self.restorer.start([p])
             except KafkaError as exc:
                 log.info("partition %d: committed offsets not available yet (%s)", p, type(exc).__name__)
                 continue
@@ -173,9 +173,7 @@ class ConsumerLoop:
             for tp, offset in offsets.items():
                 if offset is not None:
                     ps.committed[tp.topic] = ps.next_offsets[tp.topic] = offset
-            ready.append(p)
-        self._awaiting_offsets.difference_update(ready)
-        self.restorer.start(ready)
+            self._awaiting_offsets.discard(p)
 
     def _restore_step(self) -> None:
         if self._awaiting_offsets:
@@ -307,7 +305,7 @@ class ConsumerLoop:
         if not owned:
             return
         try:
-            self._ends.update(self.consumer.end_offsets(owned))
+            self._ends.update(self.consumer.end_offsets(owned, timeout_ms=500))
         except KafkaError as exc:
             log.debug("end offsets not available: %s", exc)
 

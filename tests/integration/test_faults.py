@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import random
 import signal
+import subprocess
+import time
 
 import pytest
 from kafka.admin import NewTopic
 
-from tests.integration.conftest import Daemon, Topics, value
+from tests.integration.conftest import ROOT, Daemon, Topics, value
 from tests.integration.test_daemon import (
     DAEMON_CONFIG,
     T0,
@@ -60,3 +63,44 @@ def test_poison_records_reach_a_small_dead_letter_topic_cut_to_fit(tmp_path, top
         assert len(message.value or b"") + len(message.key or b"") < 300
     assert daemon.stop(signal.SIGTERM) == 0
     assert "Traceback" not in daemon.output()
+
+
+def local_broker(bootstrap: str) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of deploy/kafka/local.sh for the test broker; skips (fails
+    under CI) when the test broker was not started by it."""
+    command = [str(ROOT / "deploy" / "kafka" / "local.sh")]
+    env = os.environ | {"KAFKA_PORT": bootstrap.rsplit(":", 1)[1]}
+    if subprocess.run([*command, "status"], env=env, capture_output=True).returncode != 0:
+        message = f"the broker at {bootstrap} was not started by deploy/kafka/local.sh"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return command, env
+
+
+def test_broker_stopped_and_started_between_two_halves(tmp_path, topics: Topics, daemons) -> None:
+    command, env = local_broker(topics.bootstrap)
+    log = random_log(random.Random(22), n_queries=300, t0=T0, span=600.0, horizon=10.0)
+    impressions, events = time_ordered(log.impressions), time_ordered(log.events)
+    half_i, half_e = len(impressions) // 2, len(events) // 2
+    topics.create(partitions=2)
+    topics.produce(topics.impressions, impressions[:half_i])
+    topics.produce(topics.clicks, events[:half_e])
+    config = topics.config(tmp_path / "c.toml", **(DAEMON_CONFIG | {"commit_interval": "1s"}))
+    daemon = Daemon(config)
+    daemons.append(daemon)
+    daemon.wait_until(
+        lambda m: value(m, "streameval_records_consumed_total") == half_i + half_e, what="first half"
+    )
+    time.sleep(2)  # a checkpoint
+    subprocess.run([*command, "stop"], env=env, check=True, capture_output=True)
+    time.sleep(5)
+    assert daemon.proc.poll() is None, daemon.output()
+    subprocess.run([*command, "start"], env=env, check=True, capture_output=True)
+    topics.produce(topics.impressions, impressions[half_i:])
+    topics.produce(topics.clicks, events[half_e:])
+    metrics = daemon.wait_until(
+        settled(len(impressions) + len(events)), timeout=180, what="settled after the broker came back"
+    )
+    assert_metrics_equal_replay(metrics, replay_report(tmp_path, config, impressions, events))
+    assert daemon.stop(signal.SIGTERM) == 0, daemon.output()[-3000:]
