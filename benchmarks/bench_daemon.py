@@ -2,7 +2,9 @@
 
 Produces a time-ordered log into fresh 3-partition topics on a running broker, then measures
 (1) a bare KafkaConsumer in its own group reading every record (the floor) and (2) the daemon,
-from start until /metrics counts every record. Both include joining a group.
+from start until /metrics counts every record, with checkpoints effectively off (an interval of
+1 h), every 5 s (the default) and every 1 s: the cost of checkpointing. All include joining a
+group.
 """
 
 from __future__ import annotations
@@ -77,8 +79,22 @@ def main() -> None:
     consumer.close()
     print(f"floor  bare consumer     {n / t_floor:10,.0f} rec/s  {t_floor:6.2f} s  1.00x", flush=True)
 
+    for interval, label in (
+        ("1h", "run, no checkpoint"),
+        ("5s", "run, checkpoint 5 s"),
+        ("1s", "run, checkpoint 1 s"),
+    ):
+        t_daemon = run_daemon(args, prefix, imps, evs, n, interval)
+        print(f"{label:24} {n / t_daemon:10,.0f} rec/s  {t_daemon:6.2f} s  {t_daemon / t_floor:5.2f}x floor")
+    admin.delete_topics([imps, evs, f"{prefix}.dlq"])
+    admin.close()
+
+
+def run_daemon(args: argparse.Namespace, prefix: str, imps: str, evs: str, n: int, interval: str) -> float:
+    """Seconds from starting `streameval run` (its own group) until /metrics counts every record."""
+    group = f"{prefix}.daemon-{interval}"
     start = time.perf_counter()
-    daemon_log = open(args.daemon_log, "wb")  # noqa: SIM115 (closed with the daemon)
+    daemon_log = open(args.daemon_log, "ab")  # noqa: SIM115 (closed with the daemon)
     daemon = subprocess.Popen(
         [
             sys.executable,
@@ -88,7 +104,7 @@ def main() -> None:
             "--bootstrap-servers",
             args.bootstrap,
             "--group-id",
-            f"{prefix}.daemon",
+            group,
             "--impressions-topic",
             imps,
             "--events-topic",
@@ -99,6 +115,8 @@ def main() -> None:
             str(args.port),
             "--metrics-host",
             "127.0.0.1",
+            "--commit-interval",
+            interval,
         ],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
@@ -107,17 +125,13 @@ def main() -> None:
     try:
         while consumed(args.port) < n:
             if daemon.poll() is not None:
-                raise SystemExit("the daemon exited")
+                raise SystemExit("the daemon exited; see " + args.daemon_log)
             time.sleep(0.05)
-        t_daemon = time.perf_counter() - start
+        return time.perf_counter() - start
     finally:
         daemon.terminate()
         daemon.wait(timeout=60)
         daemon_log.close()
-    admin.delete_topics([imps, evs, f"{prefix}.dlq"])
-    admin.close()
-    ratio = t_daemon / t_floor
-    print(f"streameval run           {n / t_daemon:10,.0f} rec/s  {t_daemon:6.2f} s  {ratio:5.2f}x floor")
 
 
 if __name__ == "__main__":

@@ -80,9 +80,17 @@ def local_broker(bootstrap: str) -> tuple[list[str], dict[str, str]]:
 
 def test_broker_stopped_and_started_between_two_halves(tmp_path, topics: Topics, daemons) -> None:
     command, env = local_broker(topics.bootstrap)
-    log = random_log(random.Random(22), n_queries=300, t0=T0, span=600.0, horizon=10.0)
-    impressions, events = time_ordered(log.impressions), time_ordered(log.events)
-    half_i, half_e = len(impressions) // 2, len(events) // 2
+    # two halves a day apart in event time: while the broker is away the input is quiet, so the
+    # watermark moves on with the wall clock (README, Time); the second half must not be late
+    first = random_log(random.Random(22), n_queries=150, t0=T0, span=300.0, horizon=10.0)
+    second = random_log(random.Random(23), n_queries=150, t0=T0 + 86400, span=300.0, horizon=10.0)
+
+    def renamed(records: list[bytes]) -> list[bytes]:
+        return [r.replace(b'"query_id":"q', b'"query_id":"r') for r in records]
+
+    impressions = time_ordered(first.impressions) + time_ordered(renamed(second.impressions))
+    events = time_ordered(first.events) + time_ordered(renamed(second.events))
+    half_i, half_e = len(first.impressions), len(first.events)
     topics.create(partitions=2)
     topics.produce(topics.impressions, impressions[:half_i])
     topics.produce(topics.clicks, events[:half_e])
