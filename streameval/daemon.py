@@ -18,7 +18,7 @@ from types import FrameType
 from kafka.errors import KafkaError
 
 from streameval.config import Settings
-from streameval.errors import InputError
+from streameval.errors import InputError, StreamevalError
 from streameval.exporter import registry
 from streameval.http import Health, HttpServer, make_app
 from streameval.kafka.changelog import Restorer, ensure_changelog
@@ -135,4 +135,27 @@ def _connect(settings: Settings) -> ConsumerLoop:
         consumer.close(autocommit=False)
         raise
     log.info("%d partition(s) per input topic; state in %s", partitions, settings.changelog_topic)
-    return ConsumerLoop(settings, consumer, transactions, restorer, dead_letter_limit=dead_letter_limit)
+    return ConsumerLoop(
+        settings,
+        consumer,
+        transactions,
+        restorer,
+        dead_letter_limit=dead_letter_limit,
+        ensure_dead_letter_topic=lambda: _ensure_dead_letter_topic(settings),
+    )
+
+
+def _ensure_dead_letter_topic(settings: Settings) -> None:
+    """Create the dead-letter topic again when a send to it failed (it may have been deleted);
+    a failure here is logged, and the next failed send tries again."""
+    try:
+        admin = make_admin(settings)
+    except StreamevalError as exc:
+        log.warning("cannot check the dead-letter topic: %s", exc)
+        return
+    try:
+        ensure_topic(admin, settings.dead_letter_topic, 1)
+    except StreamevalError as exc:
+        log.warning("%s", exc)
+    finally:
+        admin.close()

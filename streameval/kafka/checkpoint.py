@@ -30,15 +30,16 @@ class CheckpointFailed(Exception):
     """The open transaction could not be committed; it has been ended (nothing of it is visible).
     ``too_large`` tells that a record was refused for its size."""
 
-    def __init__(self, message: str, too_large: bool = False) -> None:
+    def __init__(self, message: str, too_large: bool = False, topic: str | None = None) -> None:
         super().__init__(message)
         self.too_large = too_large
+        self.topic = topic  # the topic a failed send was for, when one failed
 
 
 class Transactions:
     """The transactional producer, with bounded waits and one failure path."""
 
-    def __init__(self, factory: Callable[[], KafkaProducer], timeout: float = 30.0) -> None:
+    def __init__(self, factory: Callable[[], KafkaProducer], timeout: float = 8.0) -> None:
         self.factory = factory
         self.timeout = timeout
         self.producer: KafkaProducer | None = None
@@ -66,7 +67,9 @@ class Transactions:
             self._sent.append(producer.send(topic, value=value, key=key, **kwargs))
         except (KafkaError, ValueError, AssertionError) as exc:
             self._end_failed()
-            raise CheckpointFailed(f"send to {topic} failed: {_describe(exc)}", _too_large(exc)) from None
+            raise CheckpointFailed(
+                f"send to {topic} failed: {_describe(exc)}", _too_large(exc), topic
+            ) from None
         self.bytes_sent += len(value or b"") + len(key or b"")
 
     def commit(self, offsets: dict[Any, Any], group_metadata: Any) -> None:

@@ -125,8 +125,9 @@ def make_producer(settings: Settings, txn_id: str) -> KafkaProducer:
         **_common(settings),
         "acks": "all",
         "linger_ms": 20,
-        # a send waits this long at most for metadata or buffer space (a missing topic)
-        "max_block_ms": 10_000,
+        # a send waits this long at most for metadata or buffer space (a missing topic); with the
+        # checkpoint's own bounds it keeps the loop well inside max_poll_interval_ms (30 s)
+        "max_block_ms": 5_000,
         # a transaction left open by a dead instance blocks readers this long at most
         "transaction_timeout_ms": 30_000,
         **_table(settings, _CONSUMER_ONLY),
@@ -174,11 +175,12 @@ def max_message_bytes(admin: KafkaAdminClient, settings: Settings, topic: str) -
         described = admin.describe_configs(
             [ConfigResource(ConfigResourceType.TOPIC, topic, ["max.message.bytes"])]
         )
-        value = described["topic"][topic]["max.message.bytes"]["value"]
-        limit = min(limit, int(value))
-    except (KafkaError, KeyError, TypeError, ValueError) as exc:
+        value = described.get("topic", {}).get(topic, {}).get("max.message.bytes", {}).get("value")
+    except (KafkaError, AttributeError, TypeError) as exc:
         log.info("cannot read max.message.bytes of %s (%s); assuming %d", topic, type(exc).__name__, limit)
-    return limit
+        return limit
+    # no value listed: the topic has no override, and the broker's default is above the producer's
+    return min(limit, int(value)) if isinstance(value, str) and value.isdigit() else limit
 
 
 def ensure_topic(admin: KafkaAdminClient, topic: str, partitions: int) -> None:

@@ -96,6 +96,7 @@ class ConsumerLoop:
         restorer: Restorer,
         wall_clock: Callable[[], float] = time.time,
         dead_letter_limit: int = DEAD_LETTER_LIMIT,
+        ensure_dead_letter_topic: Callable[[], None] | None = None,
     ) -> None:
         self.settings = settings
         self.consumer = consumer
@@ -110,6 +111,7 @@ class ConsumerLoop:
         #: bytes a dead-letter record may take (the smaller of the producer's max_request_size and
         #: the topic's max.message.bytes; halved when the broker still refuses one)
         self.dead_letter_limit = dead_letter_limit
+        self.ensure_dead_letter_topic = ensure_dead_letter_topic
         self.rebalanced = False
         self.assigned = False
         self._awaiting_offsets: set[int] = set()
@@ -215,6 +217,8 @@ class ConsumerLoop:
                 # the broker knows a lower limit than we were told: cut dead-letter copies shorter
                 self.dead_letter_limit = max(MIN_DEAD_LETTER_LIMIT, self.dead_letter_limit // 2)
             self._log_failure(str(exc))
+            if exc.topic == self.settings.dead_letter_topic and self.ensure_dead_letter_topic is not None:
+                self.ensure_dead_letter_topic()  # deleted while running: create it again
             self.rewind()
             return 0
 

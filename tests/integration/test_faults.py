@@ -20,7 +20,9 @@ from tests.integration.test_daemon import (
     settled,
     time_ordered,
 )
-from tests.logs import random_log
+from tests.logs import BAD_EVENTS, BAD_IMPRESSIONS, random_log
+
+BAD_ALL = BAD_IMPRESSIONS + BAD_EVENTS
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
@@ -78,19 +80,24 @@ def local_broker(bootstrap: str) -> tuple[list[str], dict[str, str]]:
     return command, env
 
 
-def test_broker_stopped_and_started_between_two_halves(tmp_path, topics: Topics, daemons) -> None:
-    command, env = local_broker(topics.bootstrap)
-    # two halves a day apart in event time: while the broker is away the input is quiet, so the
-    # watermark moves on with the wall clock (README, Time); the second half must not be late
-    first = random_log(random.Random(22), n_queries=150, t0=T0, span=300.0, horizon=10.0)
-    second = random_log(random.Random(23), n_queries=150, t0=T0 + 86400, span=300.0, horizon=10.0)
+def two_halves(seed: int) -> tuple[list[bytes], list[bytes], int, int]:
+    """Two logs a day apart in event time, each complete (impressions with their events), and
+    where the first ends: while the input is quiet between them the watermark moves on with the
+    wall clock (README, Time), and nothing of the second may be late because of that."""
+    first = random_log(random.Random(seed), n_queries=150, t0=T0, span=300.0, horizon=10.0)
+    second = random_log(random.Random(seed + 1), n_queries=150, t0=T0 + 86400, span=300.0, horizon=10.0)
 
     def renamed(records: list[bytes]) -> list[bytes]:
         return [r.replace(b'"query_id":"q', b'"query_id":"r') for r in records]
 
     impressions = time_ordered(first.impressions) + time_ordered(renamed(second.impressions))
     events = time_ordered(first.events) + time_ordered(renamed(second.events))
-    half_i, half_e = len(first.impressions), len(first.events)
+    return impressions, events, len(first.impressions), len(first.events)
+
+
+def test_broker_stopped_and_started_between_two_halves(tmp_path, topics: Topics, daemons) -> None:
+    command, env = local_broker(topics.bootstrap)
+    impressions, events, half_i, half_e = two_halves(22)
     topics.create(partitions=2)
     topics.produce(topics.impressions, impressions[:half_i])
     topics.produce(topics.clicks, events[:half_e])
@@ -112,3 +119,28 @@ def test_broker_stopped_and_started_between_two_halves(tmp_path, topics: Topics,
     )
     assert_metrics_equal_replay(metrics, replay_report(tmp_path, config, impressions, events))
     assert daemon.stop(signal.SIGTERM) == 0, daemon.output()[-3000:]
+
+
+def test_dead_letter_topic_deleted_while_running_is_created_again(tmp_path, topics: Topics, daemons) -> None:
+    impressions, events, half_i, half_e = two_halves(24)
+    topics.create(partitions=1)
+    topics.produce(topics.impressions, impressions[:half_i])
+    topics.produce(topics.clicks, events[:half_e])
+    config = topics.config(tmp_path / "c.toml", **(DAEMON_CONFIG | {"commit_interval": "1s"}))
+    daemon = Daemon(config)
+    daemons.append(daemon)
+    daemon.wait_until(
+        lambda m: value(m, "streameval_records_consumed_total") == half_i + half_e, what="first half"
+    )
+    time.sleep(2)
+    topics.admin.delete_topics([topics.dlq])
+    time.sleep(2)
+    topics.produce(topics.impressions, impressions[half_i:])
+    topics.produce(topics.clicks, events[half_e:])
+    total = len(impressions) + len(events)
+    metrics = daemon.wait_until(settled(total), timeout=120, what="settled after the DLQ came back")
+    assert_metrics_equal_replay(metrics, replay_report(tmp_path, config, impressions, events))
+    # the second half's bad records (every kind once) are on the new dead-letter topic
+    assert len(topics.read_all(topics.dlq, len(BAD_ALL))) == len(BAD_ALL)
+    assert daemon.output().count("created topic") == 2  # at start, and again after the deletion
+    assert daemon.stop(signal.SIGTERM) == 0
