@@ -95,52 +95,53 @@ def two_halves(seed: int) -> tuple[list[bytes], list[bytes], int, int]:
     return impressions, events, len(first.impressions), len(first.events)
 
 
+class TwoHalves:
+    """The first half produced and processed by a running daemon (and checkpointed); then the
+    test does something to the daemon's world, and :meth:`second_half` must still end exact."""
+
+    def __init__(self, tmp_path, topics: Topics, daemons: list, seed: int, partitions: int) -> None:
+        self.tmp_path, self.topics = tmp_path, topics
+        self.impressions, self.events, self.half_i, self.half_e = two_halves(seed)
+        topics.create(partitions=partitions)
+        topics.produce(topics.impressions, self.impressions[: self.half_i])
+        topics.produce(topics.clicks, self.events[: self.half_e])
+        self.config = topics.config(tmp_path / "c.toml", **(DAEMON_CONFIG | {"commit_interval": "1s"}))
+        self.daemon = Daemon(self.config)
+        daemons.append(self.daemon)
+        first = self.half_i + self.half_e
+        self.daemon.wait_until(
+            lambda m: value(m, "streameval_records_consumed_total") == first, what="first half"
+        )
+        time.sleep(2)  # a checkpoint
+
+    def second_half(self) -> dict:
+        self.topics.produce(self.topics.impressions, self.impressions[self.half_i :])
+        self.topics.produce(self.topics.clicks, self.events[self.half_e :])
+        metrics = self.daemon.wait_until(
+            settled(len(self.impressions) + len(self.events)), timeout=180, what="second half settled"
+        )
+        report = replay_report(self.tmp_path, self.config, self.impressions, self.events)
+        assert_metrics_equal_replay(metrics, report)
+        return metrics
+
+
 def test_broker_stopped_and_started_between_two_halves(tmp_path, topics: Topics, daemons) -> None:
     command, env = local_broker(topics.bootstrap)
-    impressions, events, half_i, half_e = two_halves(22)
-    topics.create(partitions=2)
-    topics.produce(topics.impressions, impressions[:half_i])
-    topics.produce(topics.clicks, events[:half_e])
-    config = topics.config(tmp_path / "c.toml", **(DAEMON_CONFIG | {"commit_interval": "1s"}))
-    daemon = Daemon(config)
-    daemons.append(daemon)
-    daemon.wait_until(
-        lambda m: value(m, "streameval_records_consumed_total") == half_i + half_e, what="first half"
-    )
-    time.sleep(2)  # a checkpoint
+    run = TwoHalves(tmp_path, topics, daemons, seed=22, partitions=2)
     subprocess.run([*command, "stop"], env=env, check=True, capture_output=True)
     time.sleep(5)
-    assert daemon.proc.poll() is None, daemon.output()
+    assert run.daemon.proc.poll() is None, run.daemon.output()
     subprocess.run([*command, "start"], env=env, check=True, capture_output=True)
-    topics.produce(topics.impressions, impressions[half_i:])
-    topics.produce(topics.clicks, events[half_e:])
-    metrics = daemon.wait_until(
-        settled(len(impressions) + len(events)), timeout=180, what="settled after the broker came back"
-    )
-    assert_metrics_equal_replay(metrics, replay_report(tmp_path, config, impressions, events))
-    assert daemon.stop(signal.SIGTERM) == 0, daemon.output()[-3000:]
+    run.second_half()
+    assert run.daemon.stop(signal.SIGTERM) == 0, run.daemon.output()[-3000:]
 
 
 def test_dead_letter_topic_deleted_while_running_is_created_again(tmp_path, topics: Topics, daemons) -> None:
-    impressions, events, half_i, half_e = two_halves(24)
-    topics.create(partitions=1)
-    topics.produce(topics.impressions, impressions[:half_i])
-    topics.produce(topics.clicks, events[:half_e])
-    config = topics.config(tmp_path / "c.toml", **(DAEMON_CONFIG | {"commit_interval": "1s"}))
-    daemon = Daemon(config)
-    daemons.append(daemon)
-    daemon.wait_until(
-        lambda m: value(m, "streameval_records_consumed_total") == half_i + half_e, what="first half"
-    )
-    time.sleep(2)
+    run = TwoHalves(tmp_path, topics, daemons, seed=24, partitions=1)
     topics.admin.delete_topics([topics.dlq])
     time.sleep(2)
-    topics.produce(topics.impressions, impressions[half_i:])
-    topics.produce(topics.clicks, events[half_e:])
-    total = len(impressions) + len(events)
-    metrics = daemon.wait_until(settled(total), timeout=120, what="settled after the DLQ came back")
-    assert_metrics_equal_replay(metrics, replay_report(tmp_path, config, impressions, events))
+    run.second_half()
     # the second half's bad records (every kind once) are on the new dead-letter topic
     assert len(topics.read_all(topics.dlq, len(BAD_ALL))) == len(BAD_ALL)
-    assert daemon.output().count("created topic") == 2  # at start, and again after the deletion
-    assert daemon.stop(signal.SIGTERM) == 0
+    assert run.daemon.output().count("created topic") == 2  # at start, and again after the deletion
+    assert run.daemon.stop(signal.SIGTERM) == 0
