@@ -17,6 +17,7 @@ import orjson
 
 from streameval.config import KEYS, Settings, load_settings
 from streameval.errors import StreamevalError
+from streameval.logsetup import configure as configure_logging
 
 log = logging.getLogger(__name__)
 
@@ -112,13 +113,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    # kafka-python is chatty at INFO and may echo client settings at DEBUG; keep it to warnings
-    logging.getLogger("kafka").setLevel(logging.WARNING)
+    configure_logging(args.verbose)
     try:
         if args.command == "replay":
             return _replay(args)

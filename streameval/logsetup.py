@@ -1,0 +1,55 @@
+"""The one logging set-up, and a filter that keeps a client library's repeated complaints short.
+
+While a broker is away, kafka-python logs the same warning (e.g. "No node available for
+metadata refresh") every ~100 ms. :class:`Throttle` lets the first record of each message
+template through, then at most one a minute, and says how many it held back.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+
+#: At most one record of the same template and logger per this many seconds.
+THROTTLE_INTERVAL_S = 60.0
+
+
+class Throttle(logging.Filter):
+    """Passes the first record of each (logger, message template), then one per interval, with
+    the number held back appended to its message."""
+
+    def __init__(self, interval: float = THROTTLE_INTERVAL_S, clock: Callable[[], float] = time.monotonic):
+        super().__init__()
+        self.interval = interval
+        self.clock = clock
+        self._last: dict[tuple[str, str], float] = {}
+        self._held: dict[tuple[str, str], int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, str(record.msg))
+        now = self.clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval:
+            self._held[key] = self._held.get(key, 0) + 1
+            return False
+        self._last[key] = now
+        held = self._held.pop(key, 0)
+        if held:
+            record.msg = f"{record.msg} ({held} more like this in the last {self.interval:.0f} s)"
+        return True
+
+
+def configure(verbose: bool) -> None:
+    """Log to stderr; kafka-python only from WARNING, and throttled."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    throttle = Throttle()
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(lambda record: not record.name.startswith("kafka") or throttle.filter(record))
+    # kafka-python is chatty at INFO and may echo client settings at DEBUG; keep it to warnings
+    logging.getLogger("kafka").setLevel(logging.WARNING)
