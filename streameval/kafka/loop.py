@@ -66,6 +66,9 @@ class PartitionState:
     aligner: Aligner
     pipeline: Pipeline | None = None
     next_offsets: dict[str, int] = field(default_factory=dict)  # topic -> first unprocessed
+    #: topic -> first offset not fetched yet (the fetch position, tracked here: asking the client
+    #: for it costs a scan and may call the group coordinator in the middle of a rebalance)
+    fetched: dict[str, int] = field(default_factory=dict)
     committed: dict[str, int] = field(default_factory=dict)  # topic -> covered by the checkpoint
 
 
@@ -188,12 +191,11 @@ class ConsumerLoop:
             inputs = [TopicPartition(t, p) for t in self.topics]
             for tp in inputs:
                 offset = ps.committed.get(tp.topic)
+                if offset is None:
+                    offset = self._reset_offset(tp)
                 if offset is not None:
                     self.consumer.seek(tp, offset)
-                elif self.settings.kafka.get("auto_offset_reset", "earliest") == "earliest":
-                    self.consumer.seek_to_beginning(tp)
-                else:
-                    self.consumer.seek_to_end(tp)
+                    ps.fetched[tp.topic] = offset
             self.consumer.resume(*inputs)
             self._paused.difference_update(inputs)
             self.ops.restored(records, seconds)
@@ -204,6 +206,22 @@ class ConsumerLoop:
                 len(ps.pipeline.joiner.open),
                 seconds,
             )
+
+    def _reset_offset(self, tp: TopicPartition) -> int | None:
+        """Where a partition with no committed offset starts (``auto_offset_reset``), as a
+        number; None (and the client's own reset) when the broker cannot say now."""
+        earliest = self.settings.kafka.get("auto_offset_reset", "earliest") == "earliest"
+        try:
+            offsets = (self.consumer.beginning_offsets if earliest else self.consumer.end_offsets)(
+                [tp], timeout_ms=2_000
+            )
+            return int(offsets[tp])
+        except (KafkaError, KeyError):
+            if earliest:
+                self.consumer.seek_to_beginning(tp)
+            else:
+                self.consumer.seek_to_end(tp)
+            return None
 
     # --- the loop ------------------------------------------------------------------------------
 
@@ -239,6 +257,8 @@ class ConsumerLoop:
                 continue
             for message in messages:
                 ps.aligner.push(self._decode(ps.pipeline, tp.topic, message))
+            if messages:
+                ps.fetched[tp.topic] = messages[-1].offset + 1
         processed = sum(self._drain(p, ps) for p, ps in self.partitions.items() if ps.pipeline is not None)
         self._flow_control()
         if time.monotonic() >= self._next_checkpoint:
@@ -313,27 +333,24 @@ class ConsumerLoop:
         except KafkaError as exc:
             log.debug("end offsets not available: %s", exc)
 
-    def _caught_up(self, partition: int) -> Callable[[str], bool]:
-        """A topic of this partition is caught up when it has nothing more to fetch now: its
-        position is at its known end (see :meth:`_end`)."""
+    def _caught_up(self, partition: int, ps: PartitionState) -> Callable[[str], bool]:
+        """A topic of this partition is caught up when it has nothing more to fetch now: what
+        was fetched reaches its known end (see :meth:`_end`). (An input topic written in
+        transactions ends on a commit marker that no fetched record covers: it then counts as
+        behind, and the merge waits for it at most ALIGN_MAX_WAIT_S each time it runs dry.)"""
 
         def caught_up(topic: str) -> bool:
             tp = TopicPartition(topic, partition)
             end = self._end(tp)
-            if end is None:
-                return False
-            try:
-                position = self.consumer.position(tp, timeout_ms=0)
-            except KafkaError:
-                return False
-            return position is not None and position >= end
+            fetched = ps.fetched.get(topic)
+            return end is not None and fetched is not None and fetched >= end
 
         return caught_up
 
     def _drain(self, partition: int, ps: PartitionState) -> int:
         pipeline = ps.pipeline
         assert pipeline is not None
-        caught_up = self._caught_up(partition)
+        caught_up = self._caught_up(partition, ps)
         processed = 0
         now = self.wall_clock()
         while True:
