@@ -210,10 +210,6 @@ def _group(labels: list[str], pipeline: Pipeline) -> tuple[str, ...]:
     return group
 
 
-def _sums(data: dict[str, Any]) -> Sums:
-    return Sums.from_dict(data)
-
-
 def _apply(pipeline: Pipeline, key: bytes, value: dict[str, Any]) -> None:
     joiner = pipeline.joiner
     kind, _, rest = key.partition(b":")
@@ -241,7 +237,7 @@ def _apply(pipeline: Pipeline, key: bytes, value: dict[str, Any]) -> None:
         ring = pipeline.windows.ring(window)
         if ring is None:
             return  # a window no longer configured
-        ring.buckets[int(index)] = {_group(g, pipeline): _sums(s) for g, s in value["groups"]}
+        ring.buckets[int(index)] = {_group(g, pipeline): Sums.from_dict(s) for g, s in value["groups"]}
     else:
         raise ValueError(f"unknown kind of key {kind!r}")
 
@@ -253,7 +249,7 @@ def _apply_totals(pipeline: Pipeline, value: dict[str, Any]) -> None:
     pipeline.watermark.max_event_ts = number(value["max_event_ts"])
     pipeline.watermark.value = number(value["watermark"])
     pipeline.windows.advance(number(value["frontier"]))
-    pipeline.settled_totals = {_group(g, pipeline): _sums(s) for g, s in value["settled"]}
+    pipeline.settled_totals = {_group(g, pipeline): Sums.from_dict(s) for g, s in value["settled"]}
     c = value["counters"]
     pipeline.counters = Counters(
         consumed=Counter(dict(c["consumed"])),
