@@ -418,7 +418,7 @@ class ConsumerLoop:
             moved = {t: o for t, o in ps.next_offsets.items() if ps.committed.get(t) != o}
             if not moved and not state.pending(ps.pipeline):
                 continue
-            owners.append((ps, moved))
+            owners.append((p, ps.pipeline, ps, moved))
             for topic, offset in moved.items():
                 offsets[TopicPartition(topic, p)] = OffsetAndMetadata(offset, "", -1)
         if not owners and not self.transactions.open:
@@ -426,14 +426,12 @@ class ConsumerLoop:
         started = time.monotonic()
         before = self.transactions.bytes_sent
         entries = 0
-        for p, ps in self.partitions.items():
-            if ps.pipeline is None or not any(o is ps for o, _ in owners):
-                continue
-            for key, value in state.checkpoint_entries(ps.pipeline):
+        for p, pipeline, _, _ in owners:
+            for key, value in state.checkpoint_entries(pipeline):
                 self.transactions.send(self.settings.changelog_topic, value=value, key=key, partition=p)
                 entries += 1
         self.transactions.commit(offsets, self.consumer.group_metadata())
-        for ps, moved in owners:
+        for _, _, ps, moved in owners:
             ps.committed.update(moved)
         self.ops.checkpointed(
             self.wall_clock(), time.monotonic() - started, entries, self.transactions.bytes_sent - before
