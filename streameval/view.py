@@ -98,6 +98,18 @@ class Operations:
     restore_records: int = 0  # cumulative changelog records read by restores
     restore_seconds: float = 0.0  # the last restore's duration
     partitions_restoring: int = 0
+    last_failure: float | None = None  # wall time of the last failed checkpoint
+    last_failure_reason: str = ""
+
+    def failed(self, wall_time: float, reason: str) -> None:
+        self.checkpoint_failures += 1
+        self.last_failure, self.last_failure_reason = wall_time, reason
+
+    def failing(self) -> bool:
+        """Checkpoints fail: the last attempt failed (none committed since)."""
+        return self.last_failure is not None and (
+            self.last_checkpoint is None or self.last_failure > self.last_checkpoint
+        )
 
     def checkpointed(self, wall_time: float, seconds: float, entries: int, size: int) -> None:
         self.last_checkpoint = wall_time

@@ -39,6 +39,7 @@ def ensure_changelog(
     topic = settings.changelog_topic
     existing = consumer.partitions_for_topic(topic)
     if not existing:
+        _refuse_lost_state(admin, settings)
         try:
             admin.create_topics(
                 [
@@ -67,6 +68,30 @@ def ensure_changelog(
             f"{partitions}; it belongs to another layout: use another group_id, or delete the topic "
             "and the group's offsets to rebuild the state from the input"
         )
+
+
+def lost_state_message(settings: Settings) -> str:
+    """What to do when the group's offsets exist but the changelog that holds its state does not."""
+    return (
+        f"the state of consumer group {settings.group_id} is lost: changelog topic "
+        f"{settings.changelog_topic} is missing (deleted?) while the group has committed offsets on "
+        "the input topics, so going on would give wrong numbers. To rebuild the state from the "
+        f"input, delete the group (kafka-consumer-groups.sh --delete --group {settings.group_id}) and "
+        "start again -- exact if the input topics still hold the records of the open queries -- or "
+        "use a new group_id (README, Guarantees)"
+    )
+
+
+def _refuse_lost_state(admin: KafkaAdminClient, settings: Settings) -> None:
+    """A missing changelog is created only for a group that has committed nothing yet."""
+    try:
+        offsets = admin.list_group_offsets(settings.group_id).get(settings.group_id, {})
+    except KafkaError as exc:
+        log.info("cannot read the offsets of group %s (%s)", settings.group_id, type(exc).__name__)
+        return
+    inputs = {settings.impressions_topic, *settings.events_topics}
+    if any(tp.topic in inputs and meta.offset >= 0 for tp, meta in offsets.items()):
+        raise InputError(lost_state_message(settings))
 
 
 class Restorer:

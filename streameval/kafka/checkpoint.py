@@ -54,7 +54,7 @@ class Transactions:
         try:
             producer.init_transactions()
         except BaseException:
-            producer.close(timeout=0)
+            _close(producer, timeout=0)
             raise
         self.producer = producer
         self.open = False
@@ -109,7 +109,7 @@ class Transactions:
                     )
             except (KafkaError, AssertionError):
                 pass  # the broker aborts it after transaction_timeout_ms
-            self.producer.close(timeout=timeout)
+            _close(self.producer, timeout)
             self.producer = None
 
     def _begin(self) -> KafkaProducer:
@@ -136,7 +136,21 @@ class Transactions:
             log.warning(
                 "abort failed (%s); a new producer will take over the transactional id", _describe(exc)
             )
-        producer.close(timeout=0)
+        _close(producer, timeout=0)
+
+
+def _close(producer: KafkaProducer, timeout: float) -> None:
+    """Close, also when records are still pending: kafka-python's close() first flushes, and a
+    flush that times out (broker unreachable) raises before the sender thread is stopped, so the
+    sender is then stopped here (private attributes, guarded)."""
+    try:
+        producer.close(timeout=timeout)
+    except KafkaError as exc:
+        log.debug("producer close: %s; stopping its sender", _describe(exc))
+        sender = getattr(producer, "_sender", None)
+        if sender is not None:
+            sender.force_close()
+        producer._closed = True  # so its __del__ does not try (and fail) again
 
 
 def _await(result: Any, producer: KafkaProducer, deadline: float) -> None:

@@ -86,6 +86,9 @@ def make_consumer(settings: Settings) -> KafkaConsumer:
         # polls every 200 ms, so 30 s is ample and bounds a stalled rebalance (default 300 s)
         "max_poll_interval_ms": 30_000,
         "max_poll_records": 2_000,
+        # how soon a change of the input topics (partitions added, a topic deleted) is seen: it
+        # triggers a rebalance, whose co-partitioning check stops the daemon (default 5 min)
+        "metadata_max_age_ms": 30_000,
         # offsets are committed in the checkpoint transactions; read_committed also makes the
         # committed-offset fetch wait for a transaction still open (KIP-447), so a new owner
         # never starts from offsets its restored state does not cover

@@ -38,7 +38,7 @@ from streameval import state
 from streameval.config import Settings
 from streameval.errors import InputError
 from streameval.kafka.align import Aligner, Entry
-from streameval.kafka.changelog import Restorer
+from streameval.kafka.changelog import Restorer, lost_state_message
 from streameval.kafka.checkpoint import CheckpointFailed, Transactions
 from streameval.kafka.deadletter import dead_letter_record
 from streameval.pipeline import GroupCap, Pipeline
@@ -55,6 +55,7 @@ RESUME_BELOW = 1_000
 ALIGN_MAX_WAIT_S = 5.0  # longest wait for a topic that is behind before the others go on
 FAILURE_LOG_INTERVAL_S = 60.0
 END_OFFSETS_INTERVAL_S = 1.0  # how often the end offsets of the inputs are asked for
+END_OFFSETS_MAX_BACKOFF_S = 8.0  # ... at most, while the broker does not answer
 DEAD_LETTER_LIMIT = 1_000_000
 MIN_DEAD_LETTER_LIMIT = 256
 
@@ -100,6 +101,8 @@ class ConsumerLoop:
         wall_clock: Callable[[], float] = time.time,
         dead_letter_limit: int = DEAD_LETTER_LIMIT,
         ensure_dead_letter_topic: Callable[[], None] | None = None,
+        partition_count: int | None = None,
+        topic_exists: Callable[[str], bool | None] | None = None,
     ) -> None:
         self.settings = settings
         self.consumer = consumer
@@ -115,11 +118,17 @@ class ConsumerLoop:
         #: the topic's max.message.bytes; halved when the broker still refuses one)
         self.dead_letter_limit = dead_letter_limit
         self.ensure_dead_letter_topic = ensure_dead_letter_topic
+        #: the partition count of the inputs (and the changelog) at start-up
+        self.partition_count = partition_count
+        #: asks the cluster whether a topic exists (None: cannot tell now)
+        self.topic_exists = topic_exists
+        self._changelog_checked = -math.inf
         self.rebalanced = False
         self.assigned = False
         self._awaiting_offsets: set[int] = set()
         self._ends: dict[TopicPartition, int] = {}
         self._ends_due = 0.0
+        self._ends_backoff = END_OFFSETS_INTERVAL_S
         self.view: View | None = None
         self._next_checkpoint = 0.0
         self._next_publish = 0.0
@@ -144,6 +153,7 @@ class ConsumerLoop:
         self.transactions.abort()
         assignment = set(self.consumer.assignment())
         owned = sorted({tp.partition for tp in assignment})
+        self._check_layout()
         for p in owned:
             missing = [t for t in self.topics if TopicPartition(t, p) not in assignment]
             if missing:
@@ -161,8 +171,42 @@ class ConsumerLoop:
         self.restorer.cancel(list(self.restorer.restoring))
         self._awaiting_offsets = set(owned)
         self.assigned = True
-        log.info("partitions %s: restoring state from %s", owned, self.settings.changelog_topic)
+        self._ends_backoff = END_OFFSETS_INTERVAL_S
+        if owned:
+            log.info("partitions %s: restoring state from %s", owned, self.settings.changelog_topic)
+        else:
+            log.info("no partitions assigned to this instance")
         self.publish(force=True)
+
+    def _check_layout(self) -> None:
+        """The input topics as the cluster has them now must be the layout the state was built
+        for: every topic there, each with the partition count of the changelog."""
+        counts = {t: len(self.consumer.partitions_for_topic(t) or ()) for t in self.topics}
+        gone = [t for t, n in counts.items() if n == 0]
+        if gone:
+            raise InputError(
+                f"input topic(s) {', '.join(gone)} no longer exist (deleted while running?); "
+                "create them again with the partition count of the others and restart"
+            )
+        expected = self.partition_count or max(counts.values())
+        if any(n != expected for n in counts.values()):
+            described = ", ".join(f"{t}: {n}" for t, n in counts.items())
+            raise InputError(
+                f"the input topics now have {described} partitions, but the state in "
+                f"{self.settings.changelog_topic} was built for {expected} each: a query's records no "
+                "longer meet in one partition number. Give every input topic the same partition count, "
+                "then rebuild the state (README, Guarantees)"
+            )
+
+    def _check_changelog(self) -> None:
+        """After a failure that may be a deleted changelog (checked at most every 5 s): stop, as
+        its state is lost and going on would give wrong numbers."""
+        now = time.monotonic()
+        if self.topic_exists is None or now - self._changelog_checked < 5.0:
+            return
+        self._changelog_checked = now
+        if self.topic_exists(self.settings.changelog_topic) is False:
+            raise InputError(lost_state_message(self.settings))
 
     def _fetch_offsets(self) -> None:
         """Committed offsets of the partitions about to be restored; a partition whose offsets
@@ -173,6 +217,7 @@ class ConsumerLoop:
                 self.restorer.start([p])
             except KafkaError as exc:
                 log.info("partition %d: committed offsets not available yet (%s)", p, type(exc).__name__)
+                self._check_changelog()
                 continue
             ps = self.partitions[p]
             for tp, offset in offsets.items():
@@ -230,11 +275,13 @@ class ConsumerLoop:
         try:
             return self._round()
         except CheckpointFailed as exc:
-            self.ops.checkpoint_failures += 1
+            self.ops.failed(self.wall_clock(), str(exc))
             if exc.too_large and self.dead_letter_limit > MIN_DEAD_LETTER_LIMIT:
                 # the broker knows a lower limit than we were told: cut dead-letter copies shorter
                 self.dead_letter_limit = max(MIN_DEAD_LETTER_LIMIT, self.dead_letter_limit // 2)
             self._log_failure(str(exc))
+            if exc.topic == self.settings.changelog_topic or exc.topic is None:
+                self._check_changelog()
             if exc.topic == self.settings.dead_letter_topic and self.ensure_dead_letter_topic is not None:
                 self.ensure_dead_letter_topic()  # deleted while running: create it again
             self.rewind()
@@ -247,7 +294,14 @@ class ConsumerLoop:
         if self._awaiting_offsets or self.restorer.restoring:
             self._restore_step()
         _release_parked_fetches(self.consumer)
-        batches = self.consumer.poll(timeout_ms=POLL_TIMEOUT_MS)
+        if self._ends_backoff > END_OFFSETS_INTERVAL_S:
+            # the broker does not answer: kafka-python 3.0.12's poll() then spins inside its
+            # timeout (a full core with a hung broker), so poll without waiting and wait here
+            batches = self.consumer.poll(timeout_ms=0)
+            if not batches:
+                time.sleep(POLL_TIMEOUT_MS / 1000)
+        else:
+            batches = self.consumer.poll(timeout_ms=POLL_TIMEOUT_MS)
         self._refresh_ends()
         if self.rebalanced:
             return 0  # every partition starts again from its checkpoint: these are read again
@@ -327,10 +381,17 @@ class ConsumerLoop:
         self._ends_due = now + END_OFFSETS_INTERVAL_S
         owned = [tp for tp in self.consumer.assignment() if tp not in self._paused]
         if not owned:
+            self._ends_backoff = END_OFFSETS_INTERVAL_S  # nothing to ask: poll as usual (and rejoin)
             return
         try:
             self._ends.update(self.consumer.end_offsets(owned, timeout_ms=500))
+            self._ends_backoff = END_OFFSETS_INTERVAL_S
         except KafkaError as exc:
+            # the broker is away or hung: an unanswered request stays in flight until the
+            # client's request timeout, so asking every second would pile them up (and keep the
+            # client's network thread busy): ask less often until it answers again
+            self._ends_backoff = min(END_OFFSETS_MAX_BACKOFF_S, self._ends_backoff * 2)
+            self._ends_due = now + self._ends_backoff
             log.debug("end offsets not available: %s", exc)
 
     def _caught_up(self, partition: int, ps: PartitionState) -> Callable[[str], bool]:

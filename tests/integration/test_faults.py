@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import random
 import signal
+import socket
 import subprocess
 import time
 
+import orjson
 import pytest
-from kafka.admin import NewTopic
+from kafka.admin import NewPartitions, NewTopic
 
 from tests.integration.conftest import ROOT, Daemon, Topics, value
 from tests.integration.test_daemon import (
@@ -20,6 +22,7 @@ from tests.integration.test_daemon import (
     settled,
     time_ordered,
 )
+from tests.integration.test_recovery import LIVE_CONFIG, Feed
 from tests.logs import BAD_EVENTS, BAD_IMPRESSIONS, random_log
 
 BAD_ALL = BAD_IMPRESSIONS + BAD_EVENTS
@@ -105,7 +108,7 @@ class TwoHalves:
         topics.create(partitions=partitions)
         topics.produce(topics.impressions, self.impressions[: self.half_i])
         topics.produce(topics.clicks, self.events[: self.half_e])
-        self.config = topics.config(tmp_path / "c.toml", **(DAEMON_CONFIG | {"commit_interval": "1s"}))
+        self.config = topics.config(tmp_path / "c.toml", **LIVE_CONFIG)
         self.daemon = Daemon(self.config)
         daemons.append(self.daemon)
         first = self.half_i + self.half_e
@@ -114,24 +117,43 @@ class TwoHalves:
         )
         time.sleep(2)  # a checkpoint
 
-    def second_half(self) -> dict:
-        self.topics.produce(self.topics.impressions, self.impressions[self.half_i :])
-        self.topics.produce(self.topics.clicks, self.events[self.half_e :])
-        metrics = self.daemon.wait_until(
+    def produce_second(self) -> None:
+        """Produced live, in event-time order across the topics, as the systems that log them
+        would: the daemon reads it while it arrives (all impressions first, then all events,
+        would make every event late, correctly)."""
+        feed = Feed(self.topics, self.impressions[self.half_i :], self.events[self.half_e :], seconds=3.0)
+        feed.start()
+        feed.join()
+
+    def check(self, daemon: Daemon) -> dict:
+        """``daemon`` settles every record, and its values equal replay's on the whole log."""
+        metrics = daemon.wait_until(
             settled(len(self.impressions) + len(self.events)), timeout=180, what="second half settled"
         )
         report = replay_report(self.tmp_path, self.config, self.impressions, self.events)
         assert_metrics_equal_replay(metrics, report)
         return metrics
 
+    def second_half(self) -> dict:
+        self.produce_second()
+        return self.check(self.daemon)
 
-def test_broker_stopped_and_started_between_two_halves(tmp_path, topics: Topics, daemons) -> None:
+
+def test_broker_down_60_s_between_two_halves(tmp_path, topics: Topics, daemons) -> None:
+    """The daemon waits quietly (< 10% of a core, a few log lines a minute), then ends exact."""
     command, env = local_broker(topics.bootstrap)
     run = TwoHalves(tmp_path, topics, daemons, seed=22, partitions=2)
     subprocess.run([*command, "stop"], env=env, check=True, capture_output=True)
-    time.sleep(5)
+    time.sleep(5)  # the clients notice
+    quiet = Quiet(run.daemon)
+    time.sleep(55)
+    share, lines = quiet.done()
     assert run.daemon.proc.poll() is None, run.daemon.output()
     subprocess.run([*command, "start"], env=env, check=True, capture_output=True)
+    assert share < 0.10, f"{share:.1%} of a core while the broker was down"
+    assert lines <= 10, (
+        f"{lines:.0f} log lines a minute while the broker was down:\n{run.daemon.output()[-3000:]}"
+    )
     run.second_half()
     assert run.daemon.stop(signal.SIGTERM) == 0, run.daemon.output()[-3000:]
 
@@ -145,3 +167,188 @@ def test_dead_letter_topic_deleted_while_running_is_created_again(tmp_path, topi
     assert len(topics.read_all(topics.dlq, len(BAD_ALL))) == len(BAD_ALL)
     assert run.daemon.output().count("created topic") == 2  # at start, and again after the deletion
     assert run.daemon.stop(signal.SIGTERM) == 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Quiet:
+    """Measures a daemon while it waits: its share of a core and the log lines it writes."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+        self.cpu, self.wall, self.lines = cpu_seconds(daemon.proc.pid), time.monotonic(), self._lines()
+
+    def _lines(self) -> int:
+        return self.daemon.output().count("\n")
+
+    def done(self) -> tuple[float, float]:
+        """(share of one core, log lines per minute) since the start."""
+        seconds = time.monotonic() - self.wall
+        share = (cpu_seconds(self.daemon.proc.pid) - self.cpu) / seconds
+        return share, (self._lines() - self.lines) * 60.0 / seconds
+
+
+def broker_pid(command: list[str], env: dict[str, str]) -> int:
+    status = subprocess.run([*command, "status"], env=env, check=True, capture_output=True, text=True)
+    return int(status.stdout.split("(pid ", 1)[1].split(")", 1)[0])
+
+
+def test_broker_stalled_30_s_with_sigstop(tmp_path, topics: Topics, daemons) -> None:
+    """A broker that hangs (SIGSTOP) rather than going away: connections stay open and answer
+    nothing. The daemon waits quietly and ends exact after SIGCONT."""
+    command, env = local_broker(topics.bootstrap)
+    run = TwoHalves(tmp_path, topics, daemons, seed=28, partitions=2)
+    pid = broker_pid(command, env)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        quiet = Quiet(run.daemon)
+        time.sleep(30)
+        share, lines = quiet.done()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert run.daemon.proc.poll() is None, run.daemon.output()
+    assert share < 0.10, f"{share:.1%} of a core while the broker was stalled"
+    assert lines <= 10, f"{lines:.0f} log lines a minute while the broker was stalled"
+    run.second_half()
+    assert run.daemon.stop(signal.SIGTERM) == 0, run.daemon.output()[-3000:]
+
+
+def test_sigterm_during_a_slow_commit_exits_1_in_time_and_loses_nothing(
+    tmp_path, topics: Topics, daemons
+) -> None:
+    """Records processed but not checkpointed (commit_interval 1 h), the broker stalled, SIGTERM:
+    the final checkpoint cannot commit; the daemon says so, exits 1 within shutdown_timeout, and
+    a new instance redoes that work from the last checkpoint, exactly."""
+    command, env = local_broker(topics.bootstrap)
+    run = TwoHalves(tmp_path, topics, daemons, seed=29, partitions=2)
+    run.daemon.stop(signal.SIGTERM)
+    slow = topics.config(
+        tmp_path / "slow.toml", **(LIVE_CONFIG | {"commit_interval": "1h", "shutdown_timeout": "8s"})
+    )
+    daemon = Daemon(slow)
+    daemons.append(daemon)
+    run.produce_second()
+    total = len(run.impressions) + len(run.events)
+    daemon.wait_until(lambda m: value(m, "streameval_records_consumed_total") == total, what="all consumed")
+    pid = broker_pid(command, env)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        code = daemon.stop(signal.SIGTERM, timeout=30)
+        took = time.monotonic() - started
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert code == 1, daemon.output()[-3000:]
+    assert took < 8 + 5, f"shutdown took {took:.1f} s with shutdown_timeout 8 s"
+    assert "final checkpoint did not commit" in daemon.output()
+    again = Daemon(run.config)
+    daemons.append(again)
+    run.check(again)
+    assert again.stop(signal.SIGTERM) == 0
+
+
+def test_sigterm_during_restore_exits_0_and_the_state_stays(tmp_path, topics: Topics, daemons) -> None:
+    """20,000 open queries (a one-hour horizon) in the changelog; SIGTERM while a new instance
+    reads them back: it stops at once with exit 0, and the next instance restores them all."""
+    topics.create(partitions=1)
+    impressions = [
+        orjson.dumps(
+            {"query_id": f"q{i}", "ts": T0 + i * 0.01, "model": "m", "surface": "s", "items": ["a", "b", "c"]}
+        )
+        for i in range(20_000)
+    ]
+    topics.produce(topics.impressions, impressions)
+    config = topics.config(tmp_path / "c.toml", **(DAEMON_CONFIG | {"horizon": "1h"}))
+    first = Daemon(config)
+    daemons.append(first)
+    first.wait_until(lambda m: value(m, "streameval_open_queries") == 20_000, what="20k open queries")
+    assert first.stop(signal.SIGTERM) == 0
+    second = Daemon(config)
+    daemons.append(second)
+    deadline = time.time() + 60
+    while "restoring state from" not in second.output() and time.time() < deadline:
+        time.sleep(0.02)
+    assert second.stop(signal.SIGTERM, timeout=30) == 0, second.output()[-3000:]
+    third = Daemon(config)
+    daemons.append(third)
+    metrics = third.wait_until(lambda m: value(m, "streameval_ready") == 1, what="restored")
+    assert value(metrics, "streameval_open_queries") == 20_000
+    assert value(metrics, "streameval_records_consumed_total") == 20_000
+    assert third.stop(signal.SIGTERM) == 0
+
+
+def test_changelog_deleted_while_running_stops_with_exit_2_until_rebuilt(
+    tmp_path, topics: Topics, daemons
+) -> None:
+    """The state is gone: going on (or starting again on an empty changelog) would give wrong
+    numbers. The daemon stops with exit 2 and says how to rebuild; a restart refuses the same
+    way; after the group is deleted the state is rebuilt from the input, exactly."""
+    run = TwoHalves(tmp_path, topics, daemons, seed=25, partitions=2)
+    topics.admin.delete_topics([f"{topics.group}-changelog"])
+    run.produce_second()
+    assert run.daemon.proc.wait(timeout=90) == 2, run.daemon.output()[-3000:]
+    assert f"changelog topic {topics.group}-changelog is missing" in run.daemon.output()
+    again = Daemon(run.config)
+    daemons.append(again)
+    assert again.proc.wait(timeout=60) == 2
+    assert "kafka-consumer-groups.sh --delete" in again.output()
+    assert "Traceback" not in run.daemon.output() + again.output()
+    topics.admin.delete_groups([topics.group])
+    rebuilt = Daemon(run.config)
+    daemons.append(rebuilt)
+    run.check(rebuilt)
+    assert rebuilt.stop(signal.SIGTERM) == 0
+
+
+def test_input_topic_deleted_while_running_stops_with_exit_2(tmp_path, topics: Topics, daemons) -> None:
+    run = TwoHalves(tmp_path, topics, daemons, seed=26, partitions=2)
+    topics.admin.delete_topics([topics.clicks])
+    assert run.daemon.proc.wait(timeout=90) == 2, run.daemon.output()[-3000:]
+    assert f"input topic(s) {topics.clicks} no longer exist" in run.daemon.output()
+    assert "Traceback" not in run.daemon.output()
+
+
+def test_partitions_added_to_one_input_topic_stops_with_exit_2(tmp_path, topics: Topics, daemons) -> None:
+    run = TwoHalves(tmp_path, topics, daemons, seed=27, partitions=2)
+    topics.admin.create_partitions({topics.clicks: NewPartitions(total_count=3)})
+    assert run.daemon.proc.wait(timeout=120) == 2, run.daemon.output()[-3000:]
+    assert f"{topics.clicks}: 3" in run.daemon.output()
+    assert "Traceback" not in run.daemon.output()
+
+
+def test_metrics_answer_with_1000_idle_connections_open(tmp_path, topics: Topics, daemons) -> None:
+    run = TwoHalves(tmp_path, topics, daemons, seed=30, partitions=1)
+    idle = []
+    try:
+        for _ in range(1000):
+            idle.append(socket.create_connection(("127.0.0.1", run.daemon.port), timeout=5))
+        status, text = run.daemon.get("/metrics")
+        assert status == 200 and "streameval_records_consumed_total" in text
+        assert run.daemon.get("/healthz")[0] == 200
+        run.second_half()
+    finally:
+        for s in idle:
+            s.close()
+    assert run.daemon.stop(signal.SIGTERM) == 0
+
+
+def test_sigterm_during_a_rebalance_exits_0_and_the_other_member_ends_exact(
+    tmp_path, topics: Topics, daemons
+) -> None:
+    """A second member joins; the first gets SIGTERM while the group rebalances (as the second
+    starts to join). It exits 0 in time, and the second, alone, ends exact."""
+    run = TwoHalves(tmp_path, topics, daemons, seed=31, partitions=4)
+    second = Daemon(topics.config(tmp_path / "b.toml", **LIVE_CONFIG))
+    daemons.append(second)
+    deadline = time.time() + 30
+    while "serving /metrics" not in second.output() and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # the join request is on its way
+    assert run.daemon.stop(signal.SIGTERM, timeout=30) == 0, run.daemon.output()[-3000:]
+    run.produce_second()
+    run.check(second)
+    assert second.stop(signal.SIGTERM) == 0
