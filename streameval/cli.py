@@ -1,7 +1,7 @@
 """Command line: flags -> Settings -> command. The only place that picks exit codes.
 
-Exit codes: 0 success; 2 bad usage, configuration or input (the message names the problem,
-no traceback); 130 interrupted.
+Exit codes: 0 success; 1 the daemon stopped but its final checkpoint did not commit; 2 bad
+usage, configuration or input (the message names the problem, no traceback); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -10,85 +10,269 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
-from streameval.config import KEYS, Settings, load_settings
+from streameval import __version__
+from streameval.config import Settings, format_duration, load_settings
 from streameval.errors import StreamevalError
 from streameval.logsetup import configure as configure_logging
 
 log = logging.getLogger(__name__)
 
-#: Config keys that get no generic flag (tables; or a flag of their own).
-_NO_FLAG = {"kafka", "grades", "horizons", "events_topics"}
+KAFKA, INPUTS, DEFINITIONS, WINDOWS, HTTP = "Kafka", "inputs", "definitions", "windows and time", "HTTP"
+
+#: config key -> (help group, one line). Every key is also a TOML key and STREAMEVAL_<KEY>.
+FLAG_HELP: dict[str, tuple[str, str]] = {
+    "bootstrap_servers": (KAFKA, "Kafka brokers, host:port[,host:port...]"),
+    "group_id": (KAFKA, "consumer group; the state lives in the topic <group_id>-changelog"),
+    "impressions_topic": (KAFKA, "topic of impressions (ranked lists served)"),
+    "events_topics": (KAFKA, "an engagement topic (repeatable; replaces the list)"),
+    "dead_letter_topic": (KAFKA, "topic that receives rejected records, with the reason in headers"),
+    "commit_interval": (KAFKA, "time between checkpoints of state and offsets"),
+    "shutdown_timeout": (KAFKA, "longest shutdown after SIGTERM/SIGINT, final checkpoint included"),
+    "changelog_replication_factor": (KAFKA, "replication factor of a changelog topic created at start"),
+    "metrics": (DEFINITIONS, "metrics as name@k; names: map, wmap, ndcg, recall, precision, mrr"),
+    "ap_denominator": (DEFINITIONS, "AP denominator: min_g_k, g or hits"),
+    "no_relevant": (DEFINITIONS, "a query with no relevant item: skip it, or count it as zero"),
+    "grades": (DEFINITIONS, 'event type to grade, a TOML table, e.g. "{click = 1, purchase = 2}"'),
+    "min_grade": (DEFINITIONS, "grade at which an item counts as relevant"),
+    "ndcg_gain": (DEFINITIONS, "NDCG gain of a grade g: exp (2^g - 1) or linear (g)"),
+    "horizon": (DEFINITIONS, "attribution horizon: events later than this after the impression do not count"),
+    "horizons": (DEFINITIONS, 'per-type horizons, a TOML table, e.g. "{purchase = \\"24h\\"}"'),
+    "unshown_items": (DEFINITIONS, "relevant items the list did not show: count (recall-like) or ignore"),
+    "group_by": (DEFINITIONS, "impression fields that become labels, comma-separated"),
+    "max_groups": (DEFINITIONS, "label cardinality cap; later groups fold into __other__"),
+    "windows": (WINDOWS, "sliding event-time windows, comma-separated"),
+    "allowed_lateness": (WINDOWS, "how far the watermark trails the newest event time"),
+    "orphan_ttl": (WINDOWS, "how long an event waits for its impression"),
+    "metrics_port": (HTTP, "port of /metrics, /healthz, /readyz, / and /api/summary"),
+    "metrics_host": (HTTP, "address the HTTP server binds"),
+}
+_DURATIONS = {"horizon", "allowed_lateness", "orphan_ttl", "commit_interval", "shutdown_timeout"}
+_GROUP_TITLES = {
+    INPUTS: "inputs",
+    KAFKA: "Kafka",
+    DEFINITIONS: "definitions (README, Definitions)",
+    WINDOWS: "windows and time (README, Time, settling and windows)",
+    HTTP: "HTTP",
+}
+_DEFINITION_KEYS = [k for k, (group, _) in FLAG_HELP.items() if group == DEFINITIONS]
+_WINDOW_KEYS = [k for k, (group, _) in FLAG_HELP.items() if group == WINDOWS]
+_HTTP_KEYS = ["metrics_port", "metrics_host"]
+
+#: What `demo` changes so that queries settle within seconds on its compressed clock.
+DEMO_DEFAULTS: dict[str, Any] = {
+    "horizon": "3m",
+    "allowed_lateness": "10s",
+    "orphan_ttl": "3m",
+    "windows": ["10m", "1h"],
+}
 
 
-def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+def _default_text(key: str, overrides: Mapping[str, Any]) -> str:
+    if key in overrides:
+        value = overrides[key]
+        return ",".join(value) if isinstance(value, list) else str(value)
+    value = getattr(Settings(), key)
+    if key in _DURATIONS:
+        return format_duration(value)
+    if key == "windows":
+        return ",".join(w.name for w in value)
+    if key == "grades":
+        return "{" + ", ".join(f"{k} = {v:g}" for k, v in value.items()) + "}"
+    if key == "horizons":
+        return "none"
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _groups(parser: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGroup]:
+    return {name: parser.add_argument_group(title) for name, title in _GROUP_TITLES.items()}
+
+
+def _add_config_flags(
+    groups: Mapping[str, argparse._ArgumentGroup],
+    keys: Sequence[str],
+    overrides: Mapping[str, Any] | None = None,
+) -> None:
+    """A flag for each config key in ``keys``, with its line and default, in its group."""
+    overrides = overrides or {}
+    for key in keys:
+        group_name, text = FLAG_HELP[key]
+        default = _default_text(key, overrides)
+        if key == "events_topics":
+            groups[group_name].add_argument(
+                "--events-topic",
+                dest="cfg_events_topics",
+                action="append",
+                metavar="TOPIC",
+                help=f"{text} (default: {default})",
+            )
+            continue
+        groups[group_name].add_argument(
+            f"--{key.replace('_', '-')}",
+            dest=f"cfg_{key}",
+            metavar="VALUE",
+            help=f"{text} (default: {default})",
+        )
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--config", metavar="FILE", help="TOML config file (every key: README, section Configuration)"
+        "--config",
+        metavar="FILE",
+        help="TOML file with any of the settings below (flag > STREAMEVAL_<KEY> variable > file)",
     )
     parser.add_argument(
         "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="debug logging"
     )
-    group = parser.add_argument_group(
-        "configuration", "each flag overrides STREAMEVAL_<KEY> and the config file"
-    )
-    for key in KEYS:
-        if key in _NO_FLAG:
-            continue
-        group.add_argument(f"--{key.replace('_', '-')}", dest=f"cfg_{key}", metavar="VALUE")
-    group.add_argument(
-        "--events-topic",
-        dest="cfg_events_topics",
-        action="append",
-        metavar="TOPIC",
-        help="an engagement topic (repeatable; replaces events_topics)",
-    )
-    group.add_argument(
-        "--grades", dest="cfg_grades", metavar="TABLE", help='e.g. "{click = 1, purchase = 2}"'
-    )
-    group.add_argument(
-        "--horizons", dest="cfg_horizons", metavar="TABLE", help='e.g. "{purchase = \\"24h\\"}"'
-    )
 
 
-def _settings(args: argparse.Namespace) -> Settings:
+def _settings(args: argparse.Namespace, defaults: Mapping[str, Any] | None = None) -> Settings:
     flags: dict[str, Any] = {
         name[4:]: value for name, value in vars(args).items() if name.startswith("cfg_") and value is not None
     }
-    return load_settings(args.config, os.environ, flags)
+    return load_settings(args.config, os.environ, flags, defaults)
+
+
+def _add_simulation_flags(group: argparse._ArgumentGroup, rate: float, regress_default: str | None) -> None:
+    group.add_argument(
+        "--seed", type=int, default=1, help="random seed: the same seed gives the same traffic (default: 1)"
+    )
+    group.add_argument(
+        "--rate",
+        type=float,
+        default=rate,
+        metavar="N",
+        help=f"records per second of event time (default: {rate:g})",
+    )
+    group.add_argument(
+        "--regress",
+        action="append",
+        metavar="MODEL:DROP@AT",
+        help="from AT (a duration after the start, e.g. 10m) a share DROP of MODEL's lists miss every item "
+        "the user wanted, so its MAP falls by about DROP; models: control, candidate-a, candidate-b"
+        + (f" (default: {regress_default})" if regress_default else " (repeatable; default: none)"),
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="streameval",
-        description="Streaming evaluation of rankings: exact MAP@k, NDCG@k, recall, MRR.",
+        description="Exact online evaluation of rankings: MAP@k, NDCG@k, recall, MRR and precision, "
+        "per model and surface, over sliding event-time windows. Start with `streameval demo`.",
     )
+    parser.add_argument("--version", action="version", version=f"streameval {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    demo = commands.add_parser(
+        "demo",
+        help="simulated traffic and a live page, no Kafka needed: the place to start",
+        description="Simulate ranking traffic of three models on two surfaces, evaluate it in this "
+        "process and serve the live page on http://localhost:9464/ (and /metrics, /healthz, /readyz, "
+        "/api/summary). Event time runs fast (one simulated minute per second by default), so "
+        "settled MAP appears within seconds; at 10 simulated minutes candidate-a's quality drops, "
+        "and the page shows it. Stop with Ctrl-C or SIGTERM.",
+    )
+    _add_common(demo)
+    groups = _groups(demo)
+    sim = demo.add_argument_group("simulation")
+    _add_simulation_flags(
+        sim, rate=20.0, regress_default="candidate-a:0.4@10m; --regress none for no regression"
+    )
+    sim.add_argument(
+        "--speed",
+        type=float,
+        default=60.0,
+        metavar="X",
+        help="simulated seconds per wall-clock second (default: 60)",
+    )
+    sim.add_argument(
+        "--duration",
+        metavar="DURATION",
+        help="stop after this much simulated time, e.g. 2h (default: run until stopped)",
+    )
+    _add_config_flags(groups, _DEFINITION_KEYS + _WINDOW_KEYS + _HTTP_KEYS, DEMO_DEFAULTS)
+
     replay = commands.add_parser(
         "replay",
-        help="run the pipeline over JSONL logs and print the final metrics",
-        description="Merge JSONL logs in timestamp order, run the pipeline, settle everything, "
-        "print the metrics of every query, pooled and per group.",
+        help="evaluate JSONL logs in one pass and print the final metrics",
+        description="Merge JSONL logs in timestamp order, run the same pipeline as the daemon, settle "
+        "every query at the end, and print the metrics pooled and per group (README, streameval replay).",
     )
-    replay.add_argument("--impressions", required=True, metavar="FILE", help="impressions JSONL")
-    replay.add_argument(
-        "--events", required=True, action="append", metavar="FILE", help="events JSONL (repeatable)"
+    _add_common(replay)
+    groups = _groups(replay)
+    groups[INPUTS].add_argument(
+        "--impressions", required=True, metavar="FILE", help="impressions, one JSON object a line"
     )
-    replay.add_argument("--format", choices=("table", "json"), default="table")
-    _add_config_flags(replay)
+    groups[INPUTS].add_argument(
+        "--events",
+        required=True,
+        action="append",
+        metavar="FILE",
+        help="engagement events JSONL (repeatable)",
+    )
+    groups[INPUTS].add_argument(
+        "--format", choices=("table", "json"), default="table", help="output format (default: table)"
+    )
+    _add_config_flags(groups, _DEFINITION_KEYS)
 
     run = commands.add_parser(
         "run",
-        help="the daemon: consume Kafka, serve /metrics",
-        description="Consume impressions and engagement events from Kafka, keep the metrics up to date "
-        "and serve them on /metrics, /healthz, /readyz and /. SIGTERM or SIGINT stops it cleanly.",
+        help="the daemon: consume Kafka, keep the metrics exact, serve /metrics",
+        description="Consume impressions and engagement events from Kafka, keep the metrics exact "
+        "across restarts and rebalances (state in a changelog topic), and serve /metrics, /healthz, "
+        "/readyz, / and /api/summary. SIGTERM or SIGINT stops it after a final checkpoint.",
     )
-    _add_config_flags(run)
+    _add_common(run)
+    groups = _groups(run)
+    _add_config_flags(groups, [k for k in FLAG_HELP if FLAG_HELP[k][0] == KAFKA], {})
+    groups[
+        KAFKA
+    ].description = "[kafka] table in --config: settings passed to the Kafka clients (security, ...)"
+    _add_config_flags(groups, _DEFINITION_KEYS + _WINDOW_KEYS + _HTTP_KEYS)
+
+    simulate = commands.add_parser(
+        "simulate",
+        help="generate realistic ranking traffic into Kafka or JSONL files",
+        description="Generate impressions, clicks and purchases of three models of different quality "
+        "(position-biased clicks, purchases, a small share of bad, duplicate, late and orphan records), "
+        "deterministic for a seed. Writes JSONL files with --out DIR (impressions.jsonl, clicks.jsonl, "
+        "purchases.jsonl, for replay), else produces to Kafka keyed by query_id, creating the topics "
+        "if missing, paced so event time follows the clock (or --fast).",
+    )
+    _add_common(simulate)
+    groups = _groups(simulate)
+    sim = simulate.add_argument_group("simulation")
+    _add_simulation_flags(sim, rate=100.0, regress_default=None)
+    sim.add_argument(
+        "--duration", default="10m", metavar="DURATION", help="simulated time to generate (default: 10m)"
+    )
+    sim.add_argument(
+        "--start",
+        metavar="TIME",
+        help="event time of the first record, RFC 3339 or epoch seconds (default: now; with --fast, "
+        "now minus --duration)",
+    )
+    sim.add_argument(
+        "--no-late",
+        action="store_true",
+        help="leave out the clicks that arrive 10 minutes after their time (late for the daemon, "
+        "but not for replay, which orders by time): then run and replay agree exactly",
+    )
+    groups[INPUTS].add_argument("--out", metavar="DIR", help="write JSONL files into DIR instead of Kafka")
+    groups[KAFKA].add_argument(
+        "--fast", action="store_true", help="produce as fast as possible instead of following the clock"
+    )
+    groups[KAFKA].add_argument(
+        "--partitions", type=int, default=3, metavar="N", help="partitions of topics created (default: 3)"
+    )
+    _add_config_flags(groups, ["bootstrap_servers", "impressions_topic", "events_topics"])
     return parser
 
 
@@ -111,18 +295,29 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _simulate(args: argparse.Namespace) -> int:
+    from streameval.simulate_io import simulate
+
+    return simulate(_settings(args), args)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from streameval.demo import demo
+
+    return demo(_settings(args, DEMO_DEFAULTS), args)
+
+
+COMMANDS = {"replay": _replay, "run": _run, "simulate": _simulate, "demo": _demo}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging(args.verbose)
     try:
-        if args.command == "replay":
-            return _replay(args)
-        if args.command == "run":
-            return _run(args)
+        return COMMANDS[args.command](args)
     except StreamevalError as exc:
         sys.stderr.write(f"streameval: error: {exc}\n")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("streameval: interrupted\n")
         return 130
-    return 2

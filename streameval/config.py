@@ -351,14 +351,16 @@ def load_settings(
     config_path: str | None = None,
     env: Mapping[str, str] | None = None,
     flags: Mapping[str, Any] | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> Settings:
     """Build Settings from a TOML file, environment variables and flags (highest precedence).
 
     ``flags`` maps config keys (underscored) to raw values: strings as typed, or lists for
-    repeatable flags. Unset flags must be left out.
+    repeatable flags. Unset flags must be left out. ``defaults`` (lowest precedence) replace
+    the built-in defaults of some keys for one command (``demo`` settles in minutes).
     """
-    raw: dict[str, Any] = {}
-    sources: dict[str, str] = {}
+    raw: dict[str, Any] = dict(defaults or {})
+    sources: dict[str, str] = {key: f"default of {key!r}" for key in raw}
     kafka: dict[str, Any] = {}
     if config_path:
         for key, value in read_toml(config_path).items():

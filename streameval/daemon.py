@@ -14,12 +14,14 @@ import os
 import signal
 import time
 from types import FrameType
+from typing import Any
 
 from kafka.errors import KafkaError
 
 from streameval.config import Settings
 from streameval.errors import InputError, StreamevalError
 from streameval.exporter import registry
+from streameval.history import History
 from streameval.http import Health, HttpServer, make_app
 from streameval.kafka.changelog import Restorer, ensure_changelog
 from streameval.kafka.checkpoint import Transactions
@@ -69,9 +71,14 @@ def run(settings: Settings) -> int:
         return (running[0].view if running else None) or initial
 
     health = Health()
+    history = History()
+
+    def summary() -> dict[str, Any]:
+        return history.summary(view(), "wall")
+
     try:  # bind first: a taken port stops start-up before anything touches Kafka
         server = HttpServer(
-            settings.metrics_host, settings.metrics_port, make_app(registry(view), health, view)
+            settings.metrics_host, settings.metrics_port, make_app(registry(view), health, view, summary)
         )
     except OSError as exc:
         raise InputError(
@@ -90,6 +97,7 @@ def run(settings: Settings) -> int:
             while not stop.requested:
                 loop.run_once()
                 health.beat()
+                history.record(loop.view)
         finally:
             log.info(
                 "stopping: final checkpoint, closing clients (at most %.0f s)", settings.shutdown_timeout
@@ -142,7 +150,23 @@ def _connect(settings: Settings) -> ConsumerLoop:
         restorer,
         dead_letter_limit=dead_letter_limit,
         ensure_dead_letter_topic=lambda: _ensure_dead_letter_topic(settings),
+        partition_count=partitions,
+        topic_exists=lambda topic: _topic_exists(settings, topic),
     )
+
+
+def _topic_exists(settings: Settings, topic: str) -> bool | None:
+    """Whether the cluster has ``topic`` now; None when it cannot be asked."""
+    try:
+        admin = make_admin(settings)
+    except StreamevalError:
+        return None
+    try:
+        return topic in admin.list_topics()
+    except KafkaError:
+        return None
+    finally:
+        admin.close()
 
 
 def _ensure_dead_letter_topic(settings: Settings) -> None:

@@ -1,23 +1,29 @@
 """HTTP: ``/metrics`` (prometheus-client's WSGI app on our registry), ``/healthz``, ``/readyz``,
-and ``/`` -- a small human page with the settled and provisional MAP per group.
+``/`` -- the live page -- and ``/api/summary``, the JSON it draws.
 """
 
 from __future__ import annotations
 
-import html
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+import orjson
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
 from streameval.view import View
 
 log = logging.getLogger(__name__)
+
+#: The live page: static HTML and vanilla JavaScript that draws /api/summary (nothing fetched
+#: from elsewhere, so it works offline).
+PAGE = Path(__file__).with_name("page.html")
 
 #: /healthz fails when the loop has not gone round for this long.
 STALL_AFTER_S = 30.0
@@ -26,9 +32,23 @@ STALL_AFTER_S = 30.0
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 1024  # the listen backlog (5 by default: a burst of connections waits)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away or stayed idle past the timeout is not worth a traceback
+        (the base class prints one to stderr for each)."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):  # TimeoutError, ConnectionResetError, BrokenPipeError, ...
+            log.debug("http: connection from %s ended: %s", client_address, exc)
+            return
+        log.exception("http: request from %s failed", client_address)
 
 
 class _QuietHandler(WSGIRequestHandler):
+    #: an idle or slow connection is closed after this many seconds, so connections that never
+    #: send a request do not hold a thread each for ever
+    timeout = 10
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
         log.debug("http: " + format, *args)
 
@@ -47,41 +67,14 @@ class Health:
         return self.clock() - self.last_beat < STALL_AFTER_S
 
 
-def _page(view: View) -> str:
-    s = view.settings
-    rows = []
-    for group in sorted(set(view.snapshot.settled) | set(view.snapshot.provisional), key=str):
-        labels = ", ".join(f"{k}={v}" for k, v in zip(s.group_by, group, strict=True)) or "(all)"
-        cells = [html.escape(labels)]
-        for table in (view.snapshot.settled, view.snapshot.provisional):
-            sums = table.get(group)
-            means = sums.means(s.metrics, s.no_relevant) if sums else [None] * len(s.metrics)
-            cells += ["-" if m is None else f"{m:.4f}" for m in means]
-            cells.append(str(sums.queries if sums else 0))
-        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    names = [html.escape(str(m)) for m in s.metrics]
-    header = (
-        "<tr><th>group</th>"
-        + "".join(f"<th>settled {n}</th>" for n in names)
-        + "<th>settled queries</th>"
-        + "".join(f"<th>provisional {n}</th>" for n in names)
-        + "<th>open queries</th></tr>"
-    )
-    state = "ready" if view.ready else "starting"
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>streameval</title>"
-        "<style>body{font-family:sans-serif}td,th{padding:2px 8px;text-align:right}"
-        "td:first-child{text-align:left}</style></head><body>"
-        f"<h1>streameval</h1><p>{state}; all settled queries since start, and open queries. "
-        "Windowed values: <a href='/metrics'>/metrics</a>.</p>"
-        f"<table>{header}{''.join(rows)}</table></body></html>"
-    )
-
-
 def make_app(
-    registry: CollectorRegistry, health: Health, view_source: Callable[[], View]
+    registry: CollectorRegistry,
+    health: Health,
+    view_source: Callable[[], View],
+    summary: Callable[[], dict[str, Any]],
 ) -> Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]:
     metrics_app = make_wsgi_app(registry)
+    page = PAGE.read_bytes()
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "/")
@@ -92,7 +85,7 @@ def make_app(
             return _text(
                 start_response,
                 "200 OK" if ok else "503 Service Unavailable",
-                "ok\n" if ok else "loop stalled\n",
+                ("ok\n" if ok else "loop stalled\n") + _health_detail(view_source()),
             )
         if path == "/readyz":
             ready = view_source().ready
@@ -102,12 +95,35 @@ def make_app(
                 "ready\n" if ready else "not ready: waiting for partitions\n",
             )
         if path in ("/", "/index.html"):
-            body = _page(view_source()).encode()
             start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
+            return [page]
+        if path == "/api/summary":
+            body = orjson.dumps(summary(), option=orjson.OPT_SERIALIZE_NUMPY)
+            start_response("200 OK", [("Content-Type", "application/json"), ("Cache-Control", "no-store")])
             return [body]
-        return _text(start_response, "404 Not Found", "not found: try /metrics, /healthz, /readyz or /\n")
+        return _text(
+            start_response, "404 Not Found", "not found: try /, /metrics, /healthz, /readyz or /api/summary\n"
+        )
 
     return app
+
+
+def _health_detail(view: View) -> str:
+    """Lines after the verdict: the checkpoints, and why they fail when they do. A failing
+    checkpoint does not make the daemon unhealthy (it retries from the last committed one;
+    restarting would not help), so it is shown here and in the metrics instead."""
+    ops, now = view.ops, view.wall_time
+    lines = [
+        "last checkpoint: "
+        + ("none yet" if ops.last_checkpoint is None else f"{now - ops.last_checkpoint:.0f} s ago"),
+        f"partitions restoring: {ops.partitions_restoring}",
+    ]
+    if ops.failing() and ops.last_failure is not None:
+        lines.append(
+            f"degraded: checkpoints failing ({ops.checkpoint_failures} failures so far), the last "
+            f"{now - ops.last_failure:.0f} s ago: {ops.last_failure_reason}"
+        )
+    return "".join(line + "\n" for line in lines)
 
 
 def _text(start_response: Callable[..., Any], status: str, body: str) -> list[bytes]:

@@ -98,3 +98,36 @@ def test_progress_on_long_inputs(tmp_path) -> None:
     stream = StringIO()
     run_replay(load_settings(None, {}, {}), str(imps), [str(evs)], Progress(stream, every=0.0))
     assert "streameval replay: processed" in stream.getvalue()
+
+
+@pytest.mark.parametrize("command", ["demo", "replay", "run", "simulate"])
+def test_help_describes_every_flag_with_its_default(command: str) -> None:
+    import argparse
+
+    from streameval.cli import _parser
+
+    sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    parser = sub.choices[command]
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        flag = action.option_strings[-1]
+        assert action.help and len(action.help.split()) >= 2, f"{command} {flag}: no description"
+        takes_value = action.nargs != 0
+        if takes_value and not action.required and flag not in ("--config", "--out", "--start", "--duration"):
+            assert "default:" in action.help or action.default is not None, f"{command} {flag}: no default"
+    out = streameval(command, "--help")
+    assert out.returncode == 0
+    text = out.stdout
+    assert "SPEC" not in text and "../" not in text
+    if command in ("demo", "run"):
+        assert "(default: 9464)" in text and "--horizon" in text
+    if command == "replay":  # only the flags that apply: nothing of Kafka or HTTP
+        assert "--bootstrap-servers" not in text and "--metrics-port" not in text
+    if command == "simulate":
+        assert "--horizon" not in text and "--out" in text and "--regress" in text
+
+
+def test_version() -> None:
+    out = streameval("--version")
+    assert out.returncode == 0 and out.stdout.startswith("streameval ")

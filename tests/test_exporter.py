@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import io
 
+import orjson
 from prometheus_client import generate_latest
 
 from streameval.config import load_settings
 from streameval.exporter import registry
+from streameval.history import History
 from streameval.http import Health, make_app
 from streameval.pipeline import Pipeline
 from streameval.records import Engagement, Impression
@@ -111,12 +113,19 @@ def test_router() -> None:
     now = [0.0]
     view = view_of(fed_pipeline("m", ["b"], "q"), ready=False)
     health = Health(clock=lambda: now[0])
-    app = make_app(registry(lambda: view), health, lambda: view)
+    history = History(every=0.0)
+    history.record(view)
+    app = make_app(registry(lambda: view), health, lambda: view, lambda: history.summary(view, "wall"))
     assert call(app, "/metrics")[1].count("# HELP streameval_map ") == 1
-    assert call(app, "/healthz")[0].startswith("200")
+    status, body = call(app, "/healthz")
+    assert status.startswith("200") and "last checkpoint: " in body and "partitions restoring: 0" in body
     assert call(app, "/readyz")[0].startswith("503")
     status, page = call(app, "/")
-    assert status.startswith("200") and "settled map@3" in page and "model=m" in page
+    assert status.startswith("200") and "/api/summary" in page and "<svg" in page
+    status, summary = call(app, "/api/summary")
+    data = orjson.loads(summary)
+    assert status.startswith("200") and data["metric"] == "map@3"
+    assert data["table"][0]["group"] == "model=m" and data["points"]
     assert call(app, "/nope")[0].startswith("404")
     now[0] = 100.0
     assert call(app, "/healthz")[0].startswith("503")

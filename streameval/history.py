@@ -1,0 +1,116 @@
+"""A bounded history of the headline numbers, for the live page (``/``, ``/api/summary``).
+
+Pure: :meth:`History.record` takes a :class:`~streameval.view.View` (at most one point per
+``every`` seconds of the view's clock) and :meth:`History.summary` returns plain JSON-able data.
+The chart shows the first configured metric in the shortest window, per group, with a band of
+±2 standard errors: SE = sqrt(s² / n), s² the sample variance of the per-query values from the
+window's sum and sum of squares, n the queries that count (README, Metric families).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any
+
+from streameval.scoring import Sums
+from streameval.view import View
+
+
+def mean_and_se(total: float, squares: float, n: int) -> tuple[float | None, float | None]:
+    """Mean and its standard error from n values' sum and sum of squares (SE None for n < 2)."""
+    if n <= 0:
+        return None, None
+    mean = total / n
+    if n < 2:
+        return mean, None
+    variance = max(0.0, (squares - n * mean * mean) / (n - 1))
+    return mean, math.sqrt(variance / n)
+
+
+def _count(view: View, sums: Sums, index: int) -> int:
+    metric = view.settings.metrics[index]
+    if metric.name == "wmap":
+        return sums.relevant_items
+    return sums.with_relevant if view.settings.no_relevant == "skip" else sums.queries
+
+
+def _label(view: View, group: tuple[str, ...]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in zip(view.settings.group_by, group, strict=True)) or "(all)"
+
+
+class History:
+    """At most ``max_points`` points, one per ``every`` seconds of the view's clock."""
+
+    def __init__(self, every: float = 10.0, max_points: int = 720) -> None:
+        self.every = every
+        self.points: deque[dict[str, Any]] = deque(maxlen=max_points)
+        self._last = -math.inf
+
+    def record(self, view: View | None) -> None:
+        if view is None or view.wall_time - self._last < self.every:
+            return
+        self._last = view.wall_time
+        s, snap = view.settings, view.snapshot
+        window = s.windows[0].name
+        groups = {}
+        for group, sums in snap.windows.get(window, {}).items():
+            if s.metrics[0].name == "wmap":  # weighted: no per-query SE
+                mean, se = (sums.sums[0] / sums.relevant_items if sums.relevant_items else None), None
+            else:
+                mean, se = mean_and_se(sums.sums[0], sums.squares[0], _count(view, sums, 0))
+            groups[_label(view, group)] = [mean, se, sums.queries]
+        c = snap.counters
+        lag = view.wall_time - snap.watermark if math.isfinite(snap.watermark) else None
+        self.points.append(
+            {
+                "t": view.wall_time,
+                "groups": groups,
+                "records": sum(c.consumed.values()),
+                "rejected": sum(c.rejected.values()),
+                "unattributed": sum(c.unattributed.values()),
+                "watermark_lag": lag,
+            }
+        )
+
+    def summary(self, view: View, clock: str) -> dict[str, Any]:
+        """What the page draws: the series, and a table of the latest values per group."""
+        s, snap = view.settings, view.snapshot
+        window = s.windows[0].name
+        names = sorted({name for p in self.points for name in p["groups"]})
+        table = []
+        for group in sorted(
+            set(snap.settled) | set(snap.provisional) | set(snap.windows.get(window, {})), key=str
+        ):
+            row: dict[str, Any] = {"group": _label(view, group)}
+            for key, sums in (
+                ("window", snap.windows.get(window, {}).get(group)),
+                ("settled", snap.settled.get(group)),
+                ("provisional", snap.provisional.get(group)),
+            ):
+                means = sums.means(s.metrics, s.no_relevant) if sums else [None] * len(s.metrics)
+                row[key] = {
+                    "queries": sums.queries if sums else 0,
+                    **dict(zip(map(str, s.metrics), means, strict=True)),
+                }
+            table.append(row)
+        c = snap.counters
+        return {
+            "now": view.wall_time,
+            "clock": clock,
+            "ready": view.ready,
+            "metric": str(s.metrics[0]),
+            "metrics": [str(m) for m in s.metrics],
+            "window": window,
+            "groups": names,
+            "points": [{**p, "groups": {n: p["groups"].get(n) for n in names}} for p in self.points],
+            "table": table,
+            "totals": {
+                "records": sum(c.consumed.values()),
+                "rejected": sum(c.rejected.values()),
+                "unattributed": sum(c.unattributed.values()),
+                "duplicates": sum(c.duplicates.values()),
+                "open_queries": snap.open_queries,
+                "watermark_lag": view.wall_time - snap.watermark if math.isfinite(snap.watermark) else None,
+            },
+        }

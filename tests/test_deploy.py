@@ -1,0 +1,61 @@
+"""The deploy files: docker-compose.yml is valid and everything it references exists; the
+Prometheus config passes promtool. (No container engine here: the stack itself is not run.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.promtool import promtool
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _docker_compose() -> str:
+    exe = shutil.which("docker-compose")
+    if exe is None:
+        message = "docker-compose not found: apt-get install docker-compose (.ci/run does)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return exe
+
+
+def test_compose_file_is_valid() -> None:
+    out = subprocess.run(
+        [_docker_compose(), "config", "-q"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+
+
+def test_everything_compose_and_the_dockerfile_reference_exists() -> None:
+    compose = (ROOT / "docker-compose.yml").read_text()
+    paths = re.findall(r"(\./[\w./-]+)", compose)
+    assert "./deploy/prometheus" in paths and "./deploy/grafana/dashboards" in paths
+    for path in paths:
+        assert (ROOT / path).exists(), path
+    assert "build: ." in compose and (ROOT / "Dockerfile").is_file()
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.1[1-9]-slim$", dockerfile, flags=re.M)
+    for line in re.findall(r"^COPY (.+) \S+$", dockerfile, flags=re.M):
+        for source in line.split():
+            assert (ROOT / source).exists(), source
+    for dashboard in (ROOT / "deploy" / "grafana" / "dashboards").glob("*.json"):
+        assert json.loads(dashboard.read_text())["panels"]
+
+
+def test_prometheus_config_passes_promtool() -> None:
+    out = subprocess.run(
+        [promtool(), "check", "config", "deploy/prometheus/prometheus.yml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
