@@ -1,5 +1,8 @@
 """A bounded history of the headline numbers, for the live page (``/``, ``/api/summary``).
 
+Each point holds, per group, ``[mean, standard error, queries]`` of the settled queries in the
+window and the provisional mean of the open queries.
+
 Pure: :meth:`History.record` takes a :class:`~streameval.view.View` (at most one point per
 ``every`` seconds of the view's clock) and :meth:`History.summary` returns plain JSON-able data.
 The chart shows the first configured metric in the shortest window, per group, with a band of
@@ -59,7 +62,9 @@ class History:
                 mean, se = (sums.sums[0] / sums.relevant_items if sums.relevant_items else None), None
             else:
                 mean, se = mean_and_se(sums.sums[0], sums.squares[0], _count(view, sums, 0))
-            groups[_label(view, group)] = [mean, se, sums.queries]
+            provisional = snap.provisional.get(group)
+            now = provisional.means(s.metrics[:1], s.no_relevant)[0] if provisional else None
+            groups[_label(view, group)] = [mean, se, sums.queries, now]
         c = snap.counters
         lag = view.wall_time - snap.watermark if math.isfinite(snap.watermark) else None
         self.points.append(

@@ -162,6 +162,10 @@ def _to_kafka(settings: Settings, records: object, paced: bool, partitions: int)
     except KeyboardInterrupt:
         producer.flush(timeout=5)
         sys.stderr.write(f"simulate: interrupted after {progress.count} records\n")
+    except KafkaError as exc:
+        raise InputError(
+            f"producing to {settings.bootstrap_servers} failed after {progress.count} records: {exc}"
+        ) from None
     finally:
         producer.close(timeout=5)
     return progress.count

@@ -136,7 +136,9 @@ def test_daemon_equals_replay_and_dead_letters_bad_records(tmp_path, topics: Top
         assert f"# TYPE {family} " in scrape, family
     assert check_metrics(scrape) == ""
     status, page = daemon.get("/")
-    assert status == 200 and "ranker-a" in page
+    assert status == 200 and "/api/summary" in page
+    status, summary = daemon.get("/api/summary")
+    assert status == 200 and "model=ranker-a" in summary and '"clock":"wall"' in summary
 
     # every rejected record is on the dead-letter topic, unchanged, with its reason and origin
     n_bad = sum(log.rejected.values())

@@ -11,6 +11,7 @@ import time
 
 import orjson
 import pytest
+from kafka import KafkaProducer
 from kafka.admin import NewPartitions, NewTopic
 
 from tests.integration.conftest import ROOT, Daemon, Topics, value
@@ -18,6 +19,7 @@ from tests.integration.test_daemon import (
     DAEMON_CONFIG,
     T0,
     assert_metrics_equal_replay,
+    flush_records,
     replay_report,
     settled,
     time_ordered,
@@ -103,7 +105,7 @@ class TwoHalves:
     test does something to the daemon's world, and :meth:`second_half` must still end exact."""
 
     def __init__(self, tmp_path, topics: Topics, daemons: list, seed: int, partitions: int) -> None:
-        self.tmp_path, self.topics = tmp_path, topics
+        self.tmp_path, self.topics, self.partitions = tmp_path, topics, partitions
         self.impressions, self.events, self.half_i, self.half_e = two_halves(seed)
         topics.create(partitions=partitions)
         topics.produce(topics.impressions, self.impressions[: self.half_i])
@@ -124,11 +126,20 @@ class TwoHalves:
         feed = Feed(self.topics, self.impressions[self.half_i :], self.events[self.half_e :], seconds=3.0)
         feed.start()
         feed.join()
+        # then one far-future impression per partition: the watermark jumps past everything, so
+        # the log settles now rather than after the allowed lateness and horizon of wall time
+        producer = KafkaProducer(bootstrap_servers=self.topics.bootstrap)
+        for partition, raw in flush_records(self.partitions, T0 + 10 * 86400):
+            producer.send(self.topics.impressions, value=raw, key=raw, partition=partition)
+        producer.flush()
+        producer.close()
 
     def check(self, daemon: Daemon) -> dict:
         """``daemon`` settles every record, and its values equal replay's on the whole log."""
         metrics = daemon.wait_until(
-            settled(len(self.impressions) + len(self.events)), timeout=180, what="second half settled"
+            settled(len(self.impressions) + len(self.events) + self.partitions, still_open=self.partitions),
+            timeout=180,
+            what="second half settled",
         )
         report = replay_report(self.tmp_path, self.config, self.impressions, self.events)
         assert_metrics_equal_replay(metrics, report)
@@ -232,7 +243,7 @@ def test_sigterm_during_a_slow_commit_exits_1_in_time_and_loses_nothing(
     daemon = Daemon(slow)
     daemons.append(daemon)
     run.produce_second()
-    total = len(run.impressions) + len(run.events)
+    total = len(run.impressions) + len(run.events) + run.partitions
     daemon.wait_until(lambda m: value(m, "streameval_records_consumed_total") == total, what="all consumed")
     pid = broker_pid(command, env)
     os.kill(pid, signal.SIGSTOP)
