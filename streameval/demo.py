@@ -47,7 +47,10 @@ def demo(settings: Settings, args: argparse.Namespace) -> int:
 
     pipeline = Pipeline(settings, wall_clock=sim_now)
     history = History(every=args.speed)  # one point per wall-clock second
-    clock = f"simulated, {args.speed:g}x the wall clock, started at the current time"
+    clock = f"simulated, {args.speed:g}x the wall clock, started at the current time" + "".join(
+        f"; {r.model} loses {r.drop:.0%} of its quality at {r.at / 60:g} simulated minutes"
+        for r in sim.regressions
+    )
     current: list[View] = [_view(settings, pipeline, sim_now())]
 
     def summary() -> dict:

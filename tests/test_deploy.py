@@ -59,3 +59,19 @@ def test_prometheus_config_passes_promtool() -> None:
         timeout=60,
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_prometheus_rules_pass_check_and_their_unit_tests() -> None:
+    rules = sorted(str(p) for p in (ROOT / "deploy" / "prometheus" / "rules").glob("*.yml"))
+    assert rules
+    out = subprocess.run([promtool(), "check", "rules", *rules], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    tests = sorted(p.name for p in (ROOT / "deploy" / "prometheus" / "tests").glob("*.yml"))
+    out = subprocess.run(
+        [promtool(), "test", "rules", *tests],
+        cwd=ROOT / "deploy" / "prometheus" / "tests",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
