@@ -37,3 +37,14 @@ def replay(tmp_path: Path):
         return build_report(run_replay(settings, str(imps), [str(evs)]))
 
     return run
+
+
+@pytest.fixture
+def demos():
+    """Demo processes a test started; killed if still running at its end."""
+    started: list = []
+    yield started
+    for demo in started:
+        if demo.proc.poll() is None:
+            demo.proc.kill()
+            demo.proc.wait()

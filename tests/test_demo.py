@@ -8,67 +8,14 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.conftest import free_port
+from tests.demo_process import ROOT, Demo
 from tests.promtool import check_metrics
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-class Demo:
-    def __init__(self, tmp_path: Path, *flags: str) -> None:
-        self.port = free_port()
-        self.log = (tmp_path / "demo.log").open("wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streameval", "demo", "--metrics-host", "127.0.0.1"]
-            + ["--metrics-port", str(self.port), *flags],
-            cwd=ROOT,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def get(self, path: str) -> str:
-        with urllib.request.urlopen(self.url + path, timeout=5) as response:
-            return response.read().decode()
-
-    def wait(self, predicate, timeout: float, what: str):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, Path(self.log.name).read_text()
-            try:
-                value = predicate()
-            except OSError:
-                value = None
-            if value:
-                return value
-            time.sleep(0.3)
-        raise AssertionError(f"timed out waiting for {what}: {Path(self.log.name).read_text()}")
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=20)
-        self.log.close()
-        return code
-
-
-@pytest.fixture
-def demos():
-    started: list[Demo] = []
-    yield started
-    for demo in started:
-        if demo.proc.poll() is None:
-            demo.proc.kill()
-            demo.proc.wait()
 
 
 def _models(text: str) -> set[str]:

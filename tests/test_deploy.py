@@ -75,3 +75,19 @@ def test_prometheus_rules_pass_check_and_their_unit_tests() -> None:
         timeout=120,
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_alertmanager_config_passes_amtool() -> None:
+    exe = shutil.which("amtool")
+    if exe is None:
+        message = "amtool not found: apt-get install prometheus-alertmanager (.ci/run does)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    out = subprocess.run(
+        [exe, "check-config", "deploy/alertmanager/alertmanager.yml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
