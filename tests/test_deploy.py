@@ -91,3 +91,22 @@ def test_alertmanager_config_passes_amtool() -> None:
         text=True,
     )
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_grafana_dashboard_is_the_builders_output() -> None:
+    """The committed JSON is what deploy/grafana/build_dashboard.py (grafana-foundation-sdk) makes."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "build_dashboard", ROOT / "deploy" / "grafana" / "build_dashboard.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    committed = (ROOT / "deploy" / "grafana" / "dashboards" / "streameval.json").read_text()
+    assert module.render() == committed, "run python deploy/grafana/build_dashboard.py"
+    dashboard = json.loads(committed)
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    rules = (ROOT / "deploy" / "prometheus" / "rules" / "streameval.yml").read_text()
+    for name in re.findall(r"[a-z_]+:[a-z_]+:[a-z_0-9]+", " ".join(exprs)):
+        assert f"record: {name}" in rules, name
