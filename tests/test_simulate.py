@@ -151,6 +151,6 @@ def test_history_is_bounded_and_summarises_groups() -> None:
     summary = history.summary(view, "wall")
     assert summary["metric"] == "map@10" and summary["window"] == "10m"
     assert "model=control, surface=home" in summary["groups"]
-    mean, se, queries = summary["points"][-1]["groups"]["model=control, surface=home"]
-    assert 0 < mean < 1 and 0 < se < 0.1 and queries > 0
+    mean, se, queries, provisional = summary["points"][-1]["groups"]["model=control, surface=home"]
+    assert 0 < mean < 1 and 0 < se < 0.1 and queries > 0 and 0 <= provisional <= 1
     json.dumps(summary)  # plain data

@@ -386,7 +386,7 @@ class ConsumerLoop:
         try:
             self._ends.update(self.consumer.end_offsets(owned, timeout_ms=500))
             self._ends_backoff = END_OFFSETS_INTERVAL_S
-        except KafkaError as exc:
+        except (KafkaError, KeyError) as exc:  # KeyError: a topic deleted (the rebalance then stops us)
             # the broker is away or hung: an unanswered request stays in flight until the
             # client's request timeout, so asking every second would pile them up (and keep the
             # client's network thread busy): ask less often until it answers again
