@@ -4,32 +4,22 @@ Prometheus config passes promtool. (No container engine here: the stack itself i
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from tests.promtool import promtool
+from tests.promtool import promtool, tool
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _docker_compose() -> str:
-    exe = shutil.which("docker-compose")
-    if exe is None:
-        message = "docker-compose not found: apt-get install docker-compose (.ci/run does)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return exe
-
-
 def test_compose_file_is_valid() -> None:
     out = subprocess.run(
-        [_docker_compose(), "config", "-q"], cwd=ROOT, capture_output=True, text=True, timeout=60
+        [tool("docker-compose", "docker-compose"), "config", "-q"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert out.returncode == 0, out.stderr
 
@@ -78,12 +68,7 @@ def test_prometheus_rules_pass_check_and_their_unit_tests() -> None:
 
 
 def test_alertmanager_config_passes_amtool() -> None:
-    exe = shutil.which("amtool")
-    if exe is None:
-        message = "amtool not found: apt-get install prometheus-alertmanager (.ci/run does)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+    exe = tool("amtool", "prometheus-alertmanager")
     out = subprocess.run(
         [exe, "check-config", "deploy/alertmanager/alertmanager.yml"],
         cwd=ROOT,

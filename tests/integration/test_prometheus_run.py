@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from kafka import KafkaProducer
 from tests.integration.conftest import ROOT, Daemon, Topics, free_port
 from tests.integration.test_daemon import flush_records, replay_report, settled
 from tests.integration.test_simulate_kafka import simulate
-from tests.test_prometheus_e2e import _prometheus, _query
+from tests.promtool import Prometheus
 
 pytestmark = pytest.mark.integration
 
@@ -65,36 +64,22 @@ def test_prometheus_on_run_equals_replay_and_the_regression_alert_fires(
     daemon.wait_until(settled(total, still_open=len(flush)), timeout=180, what="all settled")
     report = replay_report(tmp_path, config, impressions, events)
 
-    port = free_port()
-    prom_config = tmp_path / "prometheus.yml"
-    prom_config.write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        f"rule_files: {json.dumps(_rules_for_test(tmp_path))}\n"
-        "scrape_configs:\n  - job_name: streameval\n"
-        f"    static_configs:\n      - targets: ['127.0.0.1:{daemon.port}']\n"
-    )
-    prometheus = subprocess.Popen(
-        [_prometheus(), f"--config.file={prom_config}", f"--storage.tsdb.path={tmp_path / 'data'}"]
-        + [f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL,
-        stderr=(tmp_path / "prometheus.log").open("wb"),
-    )
+    prometheus = Prometheus(tmp_path, daemon.port, _rules_for_test(tmp_path), free_port())
     try:
         deadline = time.monotonic() + 90
         firing: list = []
         while time.monotonic() < deadline and not firing:
             time.sleep(1)
             try:
-                firing = _query(
-                    port,
+                firing = prometheus.query(
                     'ALERTS{alertname="StreamevalVariantBelowControl",alertstate="firing",model="candidate-a"}',
                 )
             except OSError:
                 continue
-        assert {s["metric"]["surface"] for s in firing} == {"home", "search"}, _query(port, "ALERTS")
+        assert {s["metric"]["surface"] for s in firing} == {"home", "search"}, prometheus.query("ALERTS")
         means = {
             (s["metric"]["model"], s["metric"]["surface"]): float(s["value"][1])
-            for s in _query(port, 'window_group:streameval_metric:mean{metric="map",window="1h"}')
+            for s in prometheus.query('window_group:streameval_metric:mean{metric="map",window="1h"}')
         }
         expected = {(g["labels"]["model"], g["labels"]["surface"]): g["map@10"] for g in report["groups"]}
         assert means.keys() == {k for k, v in expected.items() if v is not None}
@@ -121,8 +106,7 @@ def test_prometheus_on_run_equals_replay_and_the_regression_alert_fires(
             expr = target["expr"]
             for variable, value in (("$window", "1h"), ("$k", "10"), ("$model", ".*"), ("$surface", ".*")):
                 expr = expr.replace(variable, value)
-            assert _query(port, expr), f"no data for {expr}"
+            assert prometheus.query(expr), f"no data for {expr}"
     finally:
-        prometheus.terminate()
-        prometheus.wait(timeout=20)
+        prometheus.stop()
     assert daemon.stop(signal.SIGTERM) == 0
