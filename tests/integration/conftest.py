@@ -16,6 +16,7 @@ import orjson
 import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import KafkaAdminClient, NewTopic
+from kafka.errors import KafkaConnectionError, KafkaTimeoutError, NodeNotReadyError
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,13 +66,20 @@ class Topics:
 
     def create(self, partitions: int = 3, **counts: int) -> None:
         names = {"impressions": self.impressions, "clicks": self.clicks, "purchases": self.purchases}
-        self.admin.create_topics(
-            [
-                NewTopic(name, num_partitions=counts.get(key, partitions), replication_factor=1)
-                for key, name in names.items()
-            ],
-            wait_for_metadata=True,
-        )
+        topics = [
+            NewTopic(name, num_partitions=counts.get(key, partitions), replication_factor=1)
+            for key, name in names.items()
+        ]
+        # the session's admin client may still be reconnecting after a test restarted the broker
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                self.admin.create_topics(topics, wait_for_metadata=True)
+                return
+            except (NodeNotReadyError, KafkaConnectionError, KafkaTimeoutError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
 
     def config(self, path: Path, **extra: object) -> Path:
         values: dict[str, object] = {
