@@ -14,14 +14,14 @@ import sys
 import time
 from types import FrameType
 
-from streameval.config import Settings, parse_duration
+from streameval.config import Settings
 from streameval.errors import InputError
 from streameval.exporter import registry
 from streameval.history import History
 from streameval.http import Health, HttpServer, make_app
 from streameval.pipeline import Pipeline
 from streameval.simulate import Record, topic_of
-from streameval.simulate_io import simulator_from
+from streameval.simulate_io import duration_flag, simulator_from
 from streameval.view import Latency, Operations, View, merge_snapshots
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ def demo(settings: Settings, args: argparse.Namespace) -> int:
         raise InputError(f"--speed: must be > 0, got {args.speed:g}")
     wall0 = time.time()
     start = float(int(wall0))
-    duration = parse_duration(args.duration) if args.duration else None
+    duration = duration_flag("--duration", args.duration) if args.duration else None
     # engagement comes sooner than in `simulate`, so that most of it falls inside the demo's
     # short horizon (DEMO_DEFAULTS)
     sim = simulator_from(args, start, DEFAULT_REGRESS, click_delay=10.0, purchase_delay=40.0)

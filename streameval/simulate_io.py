@@ -24,6 +24,14 @@ log = logging.getLogger(__name__)
 PROGRESS_EVERY_S = 2.0
 
 
+def duration_flag(flag: str, text: str) -> float:
+    """A duration flag's value, or ConfigError naming the flag."""
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise ConfigError(f"{flag}: {exc}") from None
+
+
 def parse_start(text: str | None, default: float) -> float:
     if text is None:
         return default
@@ -61,7 +69,7 @@ def simulator_from(
 
 
 def simulate(settings: Settings, args: argparse.Namespace) -> int:
-    duration = parse_duration(args.duration)
+    duration = duration_flag("--duration", args.duration)
     now = float(int(time.time()))
     paced = args.out is None and not args.fast
     start = parse_start(args.start, now if paced or args.out is not None else now - duration)

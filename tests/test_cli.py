@@ -131,3 +131,17 @@ def test_help_describes_every_flag_with_its_default(command: str) -> None:
 def test_version() -> None:
     out = streameval("--version")
     assert out.returncode == 0 and out.stdout.startswith("streameval ")
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["simulate", "--out", "unused", "--duration", "1x"], "--duration"),
+        (["demo", "--duration", "soon"], "--duration"),
+        (["simulate", "--out", "unused", "--regress", "nope:0.5@1m"], "no model 'nope'"),
+        (["simulate", "--out", "unused", "--start", "yesterday"], "--start"),
+    ],
+)
+def test_simulation_flag_errors_are_one_line(args, needle) -> None:
+    out = streameval(*args)
+    assert out.returncode == 2 and needle in out.stderr and "Traceback" not in out.stderr
