@@ -10,10 +10,8 @@ SIGINT forces the exit at once.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import time
-from types import FrameType
 from typing import Any
 
 from kafka.errors import KafkaError
@@ -35,23 +33,10 @@ from streameval.kafka.clients import (
     transactional_id,
 )
 from streameval.kafka.loop import ConsumerLoop
+from streameval.signals import Stop
 from streameval.view import View, empty_view
 
 log = logging.getLogger(__name__)
-
-
-class Stop:
-    """Set by signal handlers, read by the loop."""
-
-    def __init__(self) -> None:
-        self.requested = False
-
-    def handler(self, signum: int, frame: FrameType | None) -> None:
-        if self.requested and signum == signal.SIGINT:
-            log.warning("second SIGINT: exiting now")
-            os._exit(130)
-        self.requested = True
-        log.info("%s received: finishing", signal.Signals(signum).name)
 
 
 def run(settings: Settings) -> int:

@@ -12,7 +12,7 @@ import logging
 import signal
 import sys
 import time
-from types import FrameType
+from dataclasses import replace
 
 from streameval.config import Settings
 from streameval.errors import InputError
@@ -20,9 +20,10 @@ from streameval.exporter import registry
 from streameval.history import History
 from streameval.http import Health, HttpServer, make_app
 from streameval.pipeline import Pipeline
+from streameval.signals import Stop
 from streameval.simulate import Record, topic_of
 from streameval.simulate_io import duration_flag, simulator_from
-from streameval.view import Latency, Operations, View, merge_snapshots
+from streameval.view import View, empty_view, merge_snapshots
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,7 @@ def demo(settings: Settings, args: argparse.Namespace) -> int:
         f"  metrics    http://{host}:{server.port}/metrics\n"
         "Stop with Ctrl-C.\n"
     )
-    stop = _Stop()
+    stop = Stop()
     previous = {s: signal.signal(s, stop.handler) for s in (signal.SIGTERM, signal.SIGINT)}
     pending: Record | None = None
     next_publish = 0.0
@@ -122,22 +123,6 @@ def demo(settings: Settings, args: argparse.Namespace) -> int:
 
 def _view(settings: Settings, pipeline: Pipeline, now: float) -> View:
     snapshot = merge_snapshots([pipeline.snapshot()])
-    return View(
-        settings=settings,
-        snapshot=snapshot,
-        partition_watermarks={0: snapshot.watermark},
-        consumer_lag={},
-        latency_buckets=tuple(Latency().cumulative()),
-        latency_sum=0.0,
-        wall_time=now,
-        ops=Operations(),
-        ready=True,
+    return replace(
+        empty_view(settings, now), snapshot=snapshot, partition_watermarks={0: snapshot.watermark}, ready=True
     )
-
-
-class _Stop:
-    def __init__(self) -> None:
-        self.requested = False
-
-    def handler(self, signum: int, frame: FrameType | None) -> None:
-        self.requested = True

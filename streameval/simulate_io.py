@@ -10,13 +10,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO
 
-from kafka import KafkaProducer
-from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.errors import KafkaError
 
 from streameval.config import ConfigError, Settings, parse_duration
 from streameval.errors import InputError
-from streameval.kafka.clients import make_admin
+from streameval.kafka.clients import ensure_topic, make_admin, make_plain_producer
 from streameval.simulate import Record, Regression, Simulator, topic_of
 
 log = logging.getLogger(__name__)
@@ -126,36 +124,20 @@ def _ensure_topics(settings: Settings, partitions: int) -> None:
     admin = make_admin(settings)
     try:
         existing = set(admin.list_topics())
-        wanted = [settings.impressions_topic, *settings.events_topics]
-        missing = [t for t in wanted if t not in existing]
+        missing = [t for t in (settings.impressions_topic, *settings.events_topics) if t not in existing]
+        for topic in missing:
+            ensure_topic(admin, topic, partitions)
         if missing:
-            try:
-                admin.create_topics(
-                    [NewTopic(t, num_partitions=partitions, replication_factor=1) for t in missing],
-                    wait_for_metadata=True,
-                )
-            except TopicAlreadyExistsError:
-                pass
             sys.stderr.write(f"simulate: created {', '.join(missing)} with {partitions} partitions\n")
     except KafkaError as exc:
-        raise InputError(f"cannot create the topics on {settings.bootstrap_servers}: {exc}") from None
+        raise InputError(f"cannot list the topics on {settings.bootstrap_servers}: {exc}") from None
     finally:
         admin.close()
 
 
 def _to_kafka(settings: Settings, records: object, paced: bool, partitions: int) -> int:
     _ensure_topics(settings, partitions)
-    try:
-        producer = KafkaProducer(
-            bootstrap_servers=settings.bootstrap_servers.split(","),
-            client_id="streameval-simulate",
-            linger_ms=20,
-            **{k: v for k, v in settings.kafka.items() if k.startswith(("security", "sasl", "ssl"))},
-        )
-    except KafkaError as exc:
-        raise InputError(
-            f"bootstrap_servers: cannot reach Kafka at {settings.bootstrap_servers}: {exc}"
-        ) from None
+    producer = make_plain_producer(settings, client_id="streameval-simulate", linger_ms=20)
     progress = _Progress()
     try:
         for record in records:  # type: ignore[attr-defined]

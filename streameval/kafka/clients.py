@@ -139,6 +139,16 @@ def make_producer(settings: Settings, txn_id: str) -> KafkaProducer:
     return _connect("producer", KafkaProducer, settings, **config)
 
 
+def make_plain_producer(settings: Settings, **config: Any) -> KafkaProducer:
+    """A producer without transactions (``streameval simulate``), with the ``[kafka]`` table."""
+    return _connect(
+        "producer",
+        KafkaProducer,
+        settings,
+        **{**_common(settings), **_table(settings, _CONSUMER_ONLY), **config},
+    )
+
+
 def make_admin(settings: Settings) -> KafkaAdminClient:
     exclude = _CONSUMER_ONLY | _PRODUCER_ONLY
     return _connect(
