@@ -46,7 +46,7 @@ MIN_RETENTION_S = 600.0
 class OpenQuery:
     """A query whose values may still change."""
 
-    __slots__ = ("query_id", "ts", "group", "score", "n_relevant", "values")
+    __slots__ = ("query_id", "ts", "group", "score", "n_relevant", "values", "stale")
 
     def __init__(self, query_id: str, ts: float, group: tuple[str, ...], score: QueryScore) -> None:
         self.query_id = query_id
@@ -55,6 +55,8 @@ class OpenQuery:
         self.score = score
         self.n_relevant = 0
         self.values: tuple[float, ...] | None = None
+        #: the score changed but n_relevant and values were not recomputed (no eager values)
+        self.stale = False
 
 
 class JoinSink(Protocol):
@@ -83,9 +85,19 @@ class Joiner:
     """Per-query state: open queries, orphans, tombstones, dedup keys; settling by watermark."""
 
     def __init__(
-        self, settings: Settings, scorer: Scorer, sink: JoinSink, remember_until_end: bool = False
+        self,
+        settings: Settings,
+        scorer: Scorer,
+        sink: JoinSink,
+        remember_until_end: bool = False,
+        eager_values: bool = True,
     ) -> None:
         self.settings = settings
+        #: recompute a query's values on every change (and tell the sink); else once, as it settles
+        self.eager_values = eager_values
+        # per event type, looked up once per event (every decoded event's type has a grade)
+        self._grades = dict(settings.grades)
+        self._horizons = {t: settings.horizon_for(t) for t in settings.grades}
         self.scorer = scorer
         self.sink = sink
         self.remember_until_end = remember_until_end
@@ -118,7 +130,8 @@ class Joiner:
         group = self.sink.group_of(imp.group)
         query = OpenQuery(imp.query_id, imp.ts, group, self.scorer.new(imp.items))
         self.add_open(query)
-        self.sink.opened(query)
+        if self.eager_values:
+            self.sink.opened(query)
         waiting = self.orphans.pop(imp.query_id, None)
         if waiting:
             if self.changes is not None:
@@ -129,13 +142,13 @@ class Joiner:
 
     def event(self, ev: Engagement, watermark: float) -> None:
         """Deduplicate, then attribute, hold as an orphan, or count as unattributed."""
-        key = ev.dedup_key
+        key = ev.event_id if ev.event_id is not None else ev.dedup_key
         if key in self.seen:
             self.sink.duplicate("events")
             return
         if self.remember_until_end:
             self.seen[key] = math.inf
-        else:
+        elif ev.ts + self.retention >= watermark:  # else it would be forgotten at once
             self.add_seen(key, ev.ts + self.retention)
         query = self.open.get(ev.query_id)
         if query is not None:
@@ -154,7 +167,7 @@ class Joiner:
         """Why ``ev`` cannot be attributed to an impression at ``imp_ts``, or None if it can."""
         if ev.ts < imp_ts:
             return "before_impression"
-        if ev.ts > imp_ts + self.settings.horizon_for(ev.type):
+        if ev.ts > imp_ts + self._horizons.get(ev.type, self.settings.horizon):
             return "after_horizon"
         return None
 
@@ -164,9 +177,12 @@ class Joiner:
             self.sink.unattributed(reason)
             return
         self.sink.attributed()
-        if self.scorer.add_grade(query.score, ev.item, self.settings.grades[ev.type]):
+        if self.scorer.add_grade(query.score, ev.item, self._grades[ev.type]):
             if self.changes is not None:
                 self.changes.add(("q", query.query_id))
+            if not self.eager_values:
+                query.stale = True
+                return
             old_n, old_values = query.n_relevant, query.values
             query.n_relevant = query.score.n_relevant
             query.values = self.scorer.values(query.score)
@@ -177,14 +193,25 @@ class Joiner:
     def advance(self, watermark: float) -> None:
         """Settle queries, expire orphans and forget old tombstones and keys the watermark passed."""
         settle_at = self._settle_at
-        while settle_at and settle_at[0][0] < watermark:
-            deadline, _, query_id = heapq.heappop(settle_at)
+        if watermark == math.inf and settle_at:
+            # everything settles: in heap order, but one sort is far cheaper than n pops
+            settle_at.sort()
+            due, self._settle_at = settle_at, []
+        else:
+            due = []
+            while settle_at and settle_at[0][0] < watermark:
+                due.append(heapq.heappop(settle_at))
+        for _, _, query_id in due:
             query = self.open.pop(query_id, None)
             if query is None:
                 continue
-            self.add_tombstone(query_id, query.ts)
+            if watermark != math.inf:  # at the end of the input no record follows to need it
+                self.add_tombstone(query_id, query.ts)
             if self.changes is not None:
                 self.changes.add(("q", query_id))
+            if query.stale:
+                query.n_relevant = query.score.n_relevant
+                query.values = self.scorer.values(query.score)
             self.sink.settled(query)
         if self.remember_until_end:
             if math.isinf(watermark) and watermark > 0:

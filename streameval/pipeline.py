@@ -87,6 +87,7 @@ class Pipeline:
         wall_clock: Callable[[], float] | None = None,
         remember_until_end: bool = False,
         group_cap: GroupCap | None = None,
+        views: bool = True,
     ) -> None:
         self.settings = settings
         self.metrics = settings.metrics
@@ -100,7 +101,10 @@ class Pipeline:
             )
         )
         self.watermark = Watermark(settings.allowed_lateness, wall_clock)
-        self.joiner = Joiner(settings, self.scorer, self, remember_until_end)
+        #: keep the provisional sums and the windows up to date; ``replay`` reads neither (only
+        #: the settled totals), and without them a query's values are computed once, as it settles
+        self.views = views
+        self.joiner = Joiner(settings, self.scorer, self, remember_until_end, eager_values=views)
         self.windows = WindowedSums(settings.windows, len(settings.metrics))
         self.counters = Counters()
         self.settled_totals: dict[tuple[str, ...], Sums] = {}
@@ -133,11 +137,17 @@ class Pipeline:
 
     def process(self, record: Impression | Engagement) -> None:
         """Apply one decoded record, then advance the watermark to it."""
-        if isinstance(record, Impression):
-            self.joiner.impression(record, self.watermark.value)
+        watermark = self.watermark
+        before = watermark.value
+        if type(record) is Impression:
+            self.joiner.impression(record, before)
         else:
-            self.joiner.event(record, self.watermark.value)
-        self._advance(self.watermark.observe(record.ts))
+            self.joiner.event(record, before)  # type: ignore[arg-type]
+        after = watermark.observe(record.ts)
+        # nothing the record added can fall due at the watermark it was judged against (a due
+        # query or orphan is rejected as late instead), so an unmoved watermark settles nothing
+        if after != before:
+            self._advance(after)
 
     def tick(self) -> None:
         """Input is quiet: let the watermark advance with the wall clock."""
@@ -149,7 +159,7 @@ class Pipeline:
 
     def _advance(self, watermark: float) -> None:
         self.joiner.advance(watermark)
-        if not math.isinf(watermark):
+        if self.views and not math.isinf(watermark):
             self.windows.advance(watermark - self.joiner.max_horizon)
 
     # --- JoinSink ------------------------------------------------------------------------------
@@ -168,7 +178,8 @@ class Pipeline:
         return sums
 
     def opened(self, query: OpenQuery) -> None:
-        self._sums(self.provisional, query.group).add(0, None)
+        if self.views:
+            self._sums(self.provisional, query.group).add(0, None)
 
     def restored_open(self, query: OpenQuery) -> None:
         """An open query read back from a checkpoint joins the provisional sums."""
@@ -180,11 +191,12 @@ class Pipeline:
         sums.add(query.n_relevant, query.values)
 
     def settled(self, query: OpenQuery) -> None:
-        provisional = self._sums(self.provisional, query.group)
-        provisional.add(query.n_relevant, query.values, -1)
-        provisional.reset_if_empty()
         self._sums(self.settled_totals, query.group).add(query.n_relevant, query.values)
-        self.windows.add(query.ts, query.group, query.n_relevant, query.values)
+        if self.views:
+            provisional = self._sums(self.provisional, query.group)
+            provisional.add(query.n_relevant, query.values, -1)
+            provisional.reset_if_empty()
+            self.windows.add(query.ts, query.group, query.n_relevant, query.values)
 
     def unattributed(self, reason: str) -> None:
         self.counters.unattributed[reason] += 1

@@ -130,3 +130,29 @@ def test_the_reason_vocabulary_is_the_documented_one() -> None:
         "unknown_event_type",
         "empty_items",
     )
+
+
+# The decoders' fast path (exact types, no exceptions) must decide every input exactly as the
+# checked path does: records built from fields of every type, present or absent.
+_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from(["", "q1", "click", "purchase", "view", "m", "2024-01-01T00:00:00Z", "x"]),
+    st.lists(st.one_of(st.sampled_from(["a", "b", ""]), st.integers(0, 9), st.none()), max_size=4),
+    st.dictionaries(st.sampled_from(["a"]), st.integers(), max_size=1),
+)
+_fields = ["query_id", "ts", "items", "model", "surface", "item", "type", "event_id"]
+
+
+@given(st.dictionaries(st.sampled_from(_fields), _values), st.sampled_from([None, "click", "view"]))
+def test_fast_and_checked_paths_agree(obj, default_type) -> None:
+    import orjson
+
+    from streameval.records import _decode_event_checked, _decode_impression_checked
+
+    raw = orjson.dumps(obj)
+    group_by = ["model", "surface"]
+    assert decode_impression(raw, group_by) == _decode_impression_checked(raw, group_by)
+    assert decode_event(raw, GRADES, default_type) == _decode_event_checked(raw, GRADES, default_type)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from streameval.scoring import ap, ndcg, rates
 from streameval.scoring.spec import MetricSpec
@@ -36,13 +36,15 @@ class ScoringParams:
 class QueryScore:
     """Incremental state of one query. Plain attributes; see to_dict/from_dict."""
 
-    __slots__ = ("rank_of", "grade", "hits", "ideal", "ap_num", "dcg")
+    __slots__ = ("items", "_rank_of", "grade", "hits", "ideal", "ap_num", "dcg")
+    #: what to_dict writes (the shown list as its first ranks)
+    FIELDS: ClassVar[tuple[str, ...]] = ("rank_of", "grade", "hits", "ideal", "ap_num", "dcg")
 
     def __init__(self, items: Sequence[str], n_ap: int, n_dcg: int) -> None:
-        rank_of: dict[str, int] = {}
-        for rank, item in enumerate(items, start=1):
-            rank_of.setdefault(item, rank)
-        self.rank_of = rank_of
+        # Most queries settle without a single relevant event: the rank of each item is looked
+        # up only once one arrives (rank_of), and until then the shown list is all we keep.
+        self.items: Sequence[str] | None = items
+        self._rank_of: dict[str, int] | None = None
         self.grade: dict[str, float] = {}
         self.hits: list[int] = []
         self.ideal: list[float] = []
@@ -50,18 +52,31 @@ class QueryScore:
         self.dcg = [0.0] * n_dcg
 
     @property
+    def rank_of(self) -> dict[str, int]:
+        """Item -> its first rank in the shown list (1-based)."""
+        if self._rank_of is None:
+            rank_of: dict[str, int] = {}
+            for rank, item in enumerate(self.items or (), start=1):
+                rank_of.setdefault(item, rank)
+            self._rank_of = rank_of
+            self.items = None
+        return self._rank_of
+
+    @property
     def n_relevant(self) -> int:
         """|G|."""
         return len(self.ideal)
 
     def to_dict(self) -> dict[str, Any]:
-        return {slot: getattr(self, slot) for slot in self.__slots__}
+        return {name: getattr(self, name) for name in self.FIELDS}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> QueryScore:
-        state = cls.__new__(cls)
-        for slot in cls.__slots__:
-            setattr(state, slot, data[slot])
+        state = cls((), 0, 0)
+        state.items = None
+        state._rank_of = data["rank_of"]
+        for name in cls.FIELDS[1:]:
+            setattr(state, name, data[name])
         return state
 
 

@@ -13,7 +13,7 @@ The mean is None when its denominator is 0 ("no query counts").
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from streameval.scoring.spec import MetricSpec
 
@@ -22,6 +22,7 @@ class Sums:
     """queries, queries_with_relevant, relevant_items, and per metric a sum and sum of squares."""
 
     __slots__ = ("queries", "with_relevant", "relevant_items", "sums", "squares")
+    FIELDS: ClassVar[tuple[str, ...]] = ("queries", "with_relevant", "relevant_items", "sums", "squares")
 
     def __init__(self, n_metrics: int) -> None:
         self.queries = 0
@@ -77,11 +78,11 @@ class Sums:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {slot: getattr(self, slot) for slot in self.__slots__}
+        return {slot: getattr(self, slot) for slot in self.FIELDS}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Sums:
         sums = cls(len(data["sums"]))
-        for slot in cls.__slots__:
+        for slot in cls.FIELDS:
             setattr(sums, slot, data[slot])
         return sums
