@@ -37,15 +37,21 @@ class GroupCap:
 
     def __init__(self, max_groups: int, n_labels: int) -> None:
         self.max_groups = max_groups
-        self.known: set[tuple[str, ...]] = set()
+        #: each admitted group's labels, to itself: every query of a group holds the one tuple
+        self.known: dict[tuple[str, ...], tuple[str, ...]] = {}
         self.other = (OTHER_GROUP,) * n_labels
+
+    def admit(self, labels: tuple[str, ...]) -> tuple[str, ...]:
+        """Count ``labels`` as admitted (a restored group the previous owner admitted)."""
+        return self.known.setdefault(labels, labels)
 
     def map(self, labels: tuple[str, ...]) -> tuple[str, ...] | None:
         """The labels to use, or None when they are folded into ``other``."""
-        if labels in self.known:
-            return labels
+        known = self.known.get(labels)
+        if known is not None:
+            return known
         if len(self.known) < self.max_groups:
-            self.known.add(labels)
+            self.known[labels] = labels
             return labels
         return None
 
@@ -179,7 +185,7 @@ class Pipeline:
 
     def opened(self, query: OpenQuery) -> None:
         if self.views:
-            self._sums(self.provisional, query.group).add(0, None)
+            self._sums(self.provisional, query.group).queries += 1  # add(0, None)
 
     def restored_open(self, query: OpenQuery) -> None:
         """An open query read back from a checkpoint joins the provisional sums."""

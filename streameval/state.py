@@ -206,7 +206,7 @@ def restore(
 def _group(labels: list[str], pipeline: Pipeline) -> tuple[str, ...]:
     group = tuple(labels)
     if group != pipeline.group_cap.other:
-        pipeline.group_cap.known.add(group)  # the previous owner admitted it
+        group = pipeline.group_cap.admit(group)  # the previous owner admitted it
     return group
 
 

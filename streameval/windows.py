@@ -25,7 +25,9 @@ class _Ring:
         self.window = window
         self.resolution = window.seconds / BUCKETS_PER_WINDOW
         self.buckets: dict[int, dict[tuple[str, ...], Sums]] = {}
-        self._evicted_below = -math.inf
+        #: the first bucket still (partly) in the window at the current frontier; kept up to
+        #: date by evict, so adding a query compares with it instead of recomputing it
+        self.low: float = -math.inf
 
     def first_live_bucket(self, frontier: float) -> float:
         """Buckets with an index below this are entirely at or before ``frontier - w``."""
@@ -33,13 +35,25 @@ class _Ring:
             return -math.inf if frontier < 0 else math.inf
         return math.floor((frontier - self.window.seconds) / self.resolution)
 
+    def next_boundary(self) -> float:
+        """A frontier below which first_live_bucket stays at ``low``: the next bucket boundary,
+        less a margin far wider than the rounding of the division, so that close to a
+        boundary the formula decides."""
+        if math.isinf(self.low):
+            return self.low
+        return (self.low + 1 - 1e-3) * self.resolution + self.window.seconds
+
     def evict(self, frontier: float) -> list[int]:
         """Drop the buckets that left the window; returns their indices."""
         low = self.first_live_bucket(frontier)
-        if low <= self._evicted_below:  # the frontier has not crossed a bucket boundary
+        if low <= self.low:  # the frontier has not crossed a bucket boundary
             return []
-        self._evicted_below = low
-        gone = [i for i in self.buckets if i < low]
+        previous, self.low = self.low, low
+        if low - previous <= len(self.buckets):
+            # buckets are only made at or above the low mark: the ones gone are in this range
+            gone = [i for i in range(int(previous), int(low)) if i in self.buckets]
+        else:
+            gone = [i for i in self.buckets if i < low]
         for index in gone:
             del self.buckets[index]
         return gone
@@ -52,6 +66,9 @@ class WindowedSums:
         self.rings = [_Ring(w) for w in windows]
         self.n_metrics = n_metrics
         self.frontier = -math.inf
+        #: a frontier below this leaves every ring's first live bucket where it is (advance
+        #: then only moves the frontier: it runs for every record)
+        self._next_evict = -math.inf
         #: ("w", window name, bucket index) of buckets changed since the last checkpoint, when
         #: the owner tracks them (the daemon)
         self.changes: set[tuple[str, object, object]] | None = None
@@ -62,9 +79,11 @@ class WindowedSums:
         """Add one settled query (imp_ts <= frontier) to every window that still covers it."""
         for ring in self.rings:
             index = math.floor(imp_ts / ring.resolution)
-            if index < ring.first_live_bucket(self.frontier):
+            if index < ring.low:
                 continue
-            groups = ring.buckets.setdefault(index, {})
+            groups = ring.buckets.get(index)
+            if groups is None:
+                groups = ring.buckets[index] = {}
             sums = groups.get(group)
             if sums is None:
                 sums = groups[group] = Sums(self.n_metrics)
@@ -77,10 +96,13 @@ class WindowedSums:
         if frontier <= self.frontier:
             return
         self.frontier = frontier
+        if frontier < self._next_evict:  # no window crosses a bucket boundary yet
+            return
         for ring in self.rings:
             gone = ring.evict(frontier)
             if gone and self.changes is not None:
                 self.changes.update(("w", ring.window.name, index) for index in gone)
+        self._next_evict = min((ring.next_boundary() for ring in self.rings), default=math.inf)
 
     def ring(self, window_name: str) -> _Ring | None:
         """The buckets of one window, by its name."""

@@ -146,3 +146,16 @@ def test_grade_upgrade_changes_ndcg_not_ap() -> None:
     assert before is not None and after is not None
     assert after[0] == before[0] and after[1] != before[1]
     assert not scorer.add_grade(state, "c", 1)  # a lower grade changes nothing
+
+
+@given(
+    st.lists(st.sampled_from(["a", "b", "ab", "", "a\x1fb", "\x1f", "c"]), min_size=1, max_size=8),
+    st.sampled_from(["a", "b", "ab", "", "a\x1fb", "\x1f", "c", "x"]),
+)
+def test_rank_is_the_first_position_however_the_list_is_held(items, item) -> None:
+    from streameval.scoring.query import QueryScore
+
+    expected = items.index(item) + 1 if item in items else None
+    state = QueryScore(items, (), ())
+    assert state.rank(item) == expected
+    assert QueryScore.from_dict(state.to_dict()).rank(item) == expected

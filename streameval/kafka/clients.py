@@ -128,6 +128,10 @@ def make_producer(settings: Settings, txn_id: str) -> KafkaProducer:
         **_common(settings),
         "acks": "all",
         "linger_ms": 20,
+        # A checkpoint sends its changelog records in one burst: large batches mean one request
+        # (and one wake-up of the sender thread) per few thousand records, not per thirty.
+        # Below the broker's default message.max.bytes (1 MiB).
+        "batch_size": 512 * 1024,
         # a send waits this long at most for metadata or buffer space (a missing topic); with the
         # checkpoint's own bounds it keeps the loop well inside max_poll_interval_ms (30 s)
         "max_block_ms": 5_000,

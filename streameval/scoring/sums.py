@@ -38,9 +38,15 @@ class Sums:
             return
         self.with_relevant += sign
         self.relevant_items += sign * n_relevant
-        for i, value in enumerate(values):
-            self.sums[i] += sign * value
-            self.squares[i] += sign * value * value
+        sums, squares = self.sums, self.squares
+        if sign == 1:  # the common case, without the multiplications
+            for i, value in enumerate(values):
+                sums[i] += value
+                squares[i] += value * value
+        else:
+            for i, value in enumerate(values):
+                sums[i] += sign * value
+                squares[i] += sign * value * value
 
     def merge(self, other: Sums) -> None:
         """Add every part of ``other``."""
