@@ -91,8 +91,16 @@ class Joiner:
         sink: JoinSink,
         remember_until_end: bool = False,
         eager_values: bool = True,
+        ordered: bool = False,
     ) -> None:
         self.settings = settings
+        #: Records arrive in event-time order (``replay`` sorts them) and remember_until_end
+        #: holds: then settling can wait for the end of the input without changing any result.
+        #: An event for a query the watermark has passed is after its horizon (its time is at
+        #: least the watermark), which _misfit says whether the query is open or settled; no
+        #: impression is late; and queries, opened in time order, settle at the end in the
+        #: order of their deadlines (ts + max horizon) anyway -- so no settle heap is kept.
+        self.ordered = ordered and remember_until_end
         #: recompute a query's values on every change (and tell the sink); else once, as it settles
         self.eager_values = eager_values
         # per event type, looked up once per event (every decoded event's type has a grade)
@@ -193,7 +201,12 @@ class Joiner:
     def advance(self, watermark: float) -> None:
         """Settle queries, expire orphans and forget old tombstones and keys the watermark passed."""
         settle_at = self._settle_at
-        if watermark == math.inf and settle_at:
+        if self.ordered:
+            if watermark != math.inf:
+                return
+            # the open queries, in the order they were opened: by (deadline, arrival)
+            due = [(0.0, 0, query_id) for query_id in self.open]
+        elif watermark == math.inf and settle_at:
             # everything settles: in heap order, but one sort is far cheaper than n pops
             settle_at.sort()
             due, self._settle_at = settle_at, []
@@ -244,7 +257,8 @@ class Joiner:
     def add_open(self, query: OpenQuery) -> None:
         """Hold an open query until it settles."""
         self.open[query.query_id] = query
-        heapq.heappush(self._settle_at, (query.ts + self.max_horizon, next(self._seq), query.query_id))
+        if not self.ordered:
+            heapq.heappush(self._settle_at, (query.ts + self.max_horizon, next(self._seq), query.query_id))
         if self.changes is not None:
             self.changes.add(("q", query.query_id))
 

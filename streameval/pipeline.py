@@ -94,6 +94,7 @@ class Pipeline:
         remember_until_end: bool = False,
         group_cap: GroupCap | None = None,
         views: bool = True,
+        ordered: bool = False,
     ) -> None:
         self.settings = settings
         self.metrics = settings.metrics
@@ -110,7 +111,12 @@ class Pipeline:
         #: keep the provisional sums and the windows up to date; ``replay`` reads neither (only
         #: the settled totals), and without them a query's values are computed once, as it settles
         self.views = views
-        self.joiner = Joiner(settings, self.scorer, self, remember_until_end, eager_values=views)
+        #: records come in event-time order and nothing is read before finish() (replay):
+        #: settling then waits for the end (Joiner, ``ordered``)
+        self.ordered = ordered
+        self.joiner = Joiner(
+            settings, self.scorer, self, remember_until_end, eager_values=views, ordered=ordered
+        )
         self.windows = WindowedSums(settings.windows, len(settings.metrics))
         self.counters = Counters()
         self.settled_totals: dict[tuple[str, ...], Sums] = {}
@@ -150,6 +156,8 @@ class Pipeline:
         else:
             self.joiner.event(record, before)  # type: ignore[arg-type]
         after = watermark.observe(record.ts)
+        if self.ordered:
+            return  # settling waits for finish()
         # nothing the record added can fall due at the watermark it was judged against (a due
         # query or orphan is rejected as late instead), so an unmoved watermark settles nothing
         if after != before:

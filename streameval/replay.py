@@ -75,7 +75,7 @@ def run_replay(
         if not Path(path).is_file():
             raise InputError(f"{path}: no such file" if not Path(path).exists() else f"{path}: not a file")
     progress = progress or Progress()
-    pipeline = Pipeline(settings, wall_clock=None, remember_until_end=True, views=False)
+    pipeline = Pipeline(settings, wall_clock=None, remember_until_end=True, views=False, ordered=True)
     records: list[Impression | Engagement] = []
     times: list[float] = []
     read = 0

@@ -73,6 +73,25 @@ def test_daemon_memory_bounds_give_the_batch_metrics(seed) -> None:
     assert not bounded.joiner.open and not bounded.joiner.orphans
 
 
+@given(st.integers(0, 10**6), st.sampled_from(["0s", "10s", "5m"]))
+def test_replay_mode_settling_at_the_end_changes_nothing(seed, lateness) -> None:
+    # replay's pipeline (ordered: no settle heap, settling waits for the end; no views; values
+    # computed once) against the daemon's joiner remembering until the end, on time-ordered input
+    settings = load_settings(None, {}, {"allowed_lateness": lateness, "horizons": {"purchase": "2h"}})
+    rng = random.Random(seed)
+    records = sorted(records_of(random_log(rng, n_queries=40, span=4 * 3600)), key=lambda r: r.ts)
+    daemon = run(records, settings, remember=True)
+    replay = Pipeline(settings, remember_until_end=True, views=False, ordered=True)
+    for r in records:
+        replay.process(r)
+    replay.finish()
+    assert settled_parts(replay) == settled_parts(daemon)
+    assert [s.sums for s in replay.settled_totals.values()] == [
+        s.sums for s in daemon.settled_totals.values()
+    ]
+    assert replay.counters == daemon.counters
+
+
 def settings_(**overrides):
     base = {"horizon": "30m", "allowed_lateness": "10s", "orphan_ttl": "5m", "metrics": ["map@10"]}
     return load_settings(None, {}, base | overrides)

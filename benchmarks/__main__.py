@@ -1,0 +1,376 @@
+"""``python -m benchmarks``: every performance figure of the README, as ratios measured in one run.
+
+Generates its data with ``streameval simulate``, runs the six figures and writes
+``benchmarks/results.json`` and ``benchmarks/results.md`` (the table in the README comes from
+there). Figures 2 and 6 need a broker (``deploy/kafka/local.sh start``); without one they are
+reported as not run. Each figure is a ratio against a floor measured in the same run, so it
+compares across machines; absolute times are in the JSON for reference. Nothing here asserts.
+
+    pip install -e ".[bench]"          # pandas and ranx, for figure 5
+    deploy/kafka/local.sh start        # for figures 2 and 6
+    python -m benchmarks               # about 10 minutes on 2 cores
+    python -m benchmarks --scale 0.1   # a quick look (smaller data, same figures)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = ROOT / "benchmarks"
+PY = sys.executable
+
+
+def say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def timed(cmd: list[str], log: Any, stdout: Any = subprocess.DEVNULL) -> tuple[float, float, bytes]:
+    """Run ``cmd``; its wall time (s), peak resident memory (MB) and stdout."""
+    start = time.perf_counter()
+    process = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log)
+    out = process.stdout.read() if process.stdout else b""
+    _, status, usage = os.wait4(process.pid, 0)
+    elapsed = time.perf_counter() - start
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:4])} ... exited with {process.returncode}")
+    return elapsed, usage.ru_maxrss / 1024, out
+
+
+def machine() -> dict[str, Any]:
+    def version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    cpu = ""
+    try:
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+    except (OSError, StopIteration):
+        pass
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
+    return {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "memory_gb": round(mem_gb, 1),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "libraries": {
+            name: version(name)
+            for name in (
+                "streameval",
+                "orjson",
+                "kafka-python",
+                "crc32c",
+                "prometheus-client",
+                "pandas",
+                "ranx",
+            )
+        },
+    }
+
+
+def simulate_files(out: Path, scale: float, log: Any) -> list[Path]:
+    duration = max(10, round(1000 * scale))
+    say(
+        f"data: streameval simulate --out {out} --rate 1200 --duration {duration}s (about {scale:g}M records)"
+    )
+    cmd = [PY, "-m", "streameval", "simulate", "--out", str(out), "--rate", "1200"]
+    cmd += ["--duration", f"{duration}s", "--seed", "11", "--start", "2026-01-01T00:00:00Z"]
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=log)
+    return [out / "impressions.jsonl", out / "clicks.jsonl", out / "purchases.jsonl"]
+
+
+def replay_cmd(files: list[Path], *extra: str) -> list[str]:
+    cmd = [PY, "-m", "streameval", "replay", "--impressions", str(files[0])]
+    for path in files[1:]:
+        cmd += ["--events", str(path)]
+    return [*cmd, "--format", "json", *extra]
+
+
+def figure_1(files: list[Path], log: Any) -> dict[str, Any]:
+    """replay against reading + decoding the same files; three runs of each, alternating."""
+    records = sum(1 for path in files for _ in path.open("rb"))
+    floors, replays, peaks = [], [], []
+    for attempt in range(3):
+        floors.append(timed([PY, str(HERE / "floor_read.py"), *map(str, files)], log)[0])
+        elapsed, peak, _ = timed(replay_cmd(files), log)
+        replays.append(elapsed)
+        peaks.append(peak)
+        say(f"figure 1: run {attempt + 1}: read + decode {floors[-1]:.2f} s, replay {replays[-1]:.2f} s")
+    floor, replay = statistics.median(floors), statistics.median(replays)
+    return {
+        "records": records,
+        "floor_s": floor,
+        "replay_s": replay,
+        "replay_records_per_s": records / replay,
+        "replay_peak_mb": max(peaks),
+        "ratio": floor / replay,
+    }
+
+
+def figure_5(files: list[Path], log: Any) -> dict[str, Any]:
+    """The batch route (pandas + ranx) against replay on the same files, for MAP@10 per model."""
+    try:
+        import pandas  # noqa: F401
+        import ranx  # noqa: F401
+    except ImportError:
+        return {"skipped": 'pandas or ranx missing: pip install -e ".[bench]"'}
+    same = ("--metrics", "map@10", "--ap-denominator", "g", "--group-by", "model")
+    replay_s, replay_mb, out = timed(replay_cmd(files, *same), log, stdout=subprocess.PIPE)
+    say(f"figure 5: replay (MAP@10 per model) {replay_s:.2f} s, peak {replay_mb:.0f} MB")
+    ranx_s, ranx_mb, ranx_out = timed([PY, str(HERE / "batch_ranx.py"), *map(str, files)], log)
+    say(f"figure 5: pandas + ranx {ranx_s:.2f} s, peak {ranx_mb:.0f} MB")
+    ours = {g["labels"]["model"]: g["map@10"] for g in json.loads(out)["groups"]}
+    theirs = json.loads(ranx_out)
+    return {
+        "replay_s": replay_s,
+        "replay_peak_mb": replay_mb,
+        "pandas_ranx_s": ranx_s,
+        "pandas_ranx_peak_mb": ranx_mb,
+        "time_ratio": ranx_s / replay_s,
+        "memory_ratio": ranx_mb / replay_mb,
+        "map10_per_model": ours,
+        "largest_difference": max(abs(ours[m] - theirs[m]) for m in ours)
+        if set(ours) == set(theirs)
+        else None,
+    }
+
+
+def state_cost(log: Any, **flags: Any) -> dict[str, Any]:
+    cmd = [PY, str(HERE / "state_cost.py")]
+    for name, value in flags.items():
+        flag = "--" + name.replace("_", "-")
+        cmd += [flag] if value is True else [flag, str(value)]
+    return json.loads(timed(cmd, log, stdout=subprocess.PIPE)[2])
+
+
+def figures_3_4(scale: float, log: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    big = max(10_000, round(1_000_000 * scale))
+    say("figure 3: cost per record with 1k open queries (steady state)")
+    small = state_cost(log, open=1000)["us_per_record"]
+    say(f"figure 3: with {big:,} open queries (warming up two horizons of traffic)")
+    large = state_cost(log, open=big)["us_per_record"]
+    say("figure 3: k = 10 vs 100 (100-item lists), 1 vs 3 vs 6 windows")
+    k10 = state_cost(log, open=1000, k=10, list_len=100)["us_per_record"]
+    k100 = state_cost(log, open=1000, k=100, list_len=100)["us_per_record"]
+    w1 = state_cost(log, open=1000, windows="1h")["us_per_record"]
+    w6 = state_cost(log, open=1000, windows="1m,5m,15m,1h,6h,24h")["us_per_record"]
+    fig3 = {
+        "us_per_record_1k_open": small,
+        f"us_per_record_{big}_open": large,
+        "large_open": big,
+        "ratio_large_vs_1k": large / small,
+        "us_per_record_k10": k10,
+        "us_per_record_k100": k100,
+        "ratio_k100_vs_k10": k100 / k10,
+        "us_per_record_1_window": w1,
+        "us_per_record_3_windows": small,
+        "us_per_record_6_windows": w6,
+        "ratio_3_vs_1_window": small / w1,
+        "ratio_6_vs_1_window": w6 / w1,
+    }
+    say(f"figure 4: memory per open query, {big:,} open queries with 20-item lists")
+    fig4 = state_cost(log, open=big, memory=True)
+    return fig3, fig4
+
+
+def broker_up(bootstrap: str) -> bool:
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--bootstrap-servers",
+        default="127.0.0.1:9092",
+        help="broker for figures 2 and 6 (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help="data size: 1 = the README's figures, 0.1 = a quick look"
+    )
+    parser.add_argument("--out", default=str(HERE), help="where results.json/.md go (default: benchmarks/)")
+    parser.add_argument("--port", type=int, default=9499, help="metrics port of the daemons it starts")
+    args = parser.parse_args()
+    if args.scale <= 0:
+        parser.error("--scale must be positive")
+    log_path = Path(args.out) / "benchmark.log"
+    results: dict[str, Any] = {"machine": machine(), "scale": args.scale, "figures": {}}
+    figures = results["figures"]
+    started = time.monotonic()
+    say(f"benchmarks: details of every step in {log_path}")
+    with open(log_path, "wb") as log, tempfile.TemporaryDirectory(prefix="streameval-bench-") as tmp:
+        files = simulate_files(Path(tmp), args.scale, log)
+        figures["1_replay"] = figure_1(files, log)
+        figures["5_batch_route"] = figure_5(files, log)
+        figures["3_state_size"], figures["4_memory"] = figures_3_4(args.scale, log)
+        if broker_up(args.bootstrap_servers):
+            from benchmarks import kafka_figures
+
+            backlog_s = max(30, round(400 * args.scale))
+            figures["2_daemon"] = kafka_figures.figure_2(
+                args.bootstrap_servers, backlog_s, args.port, log, say
+            )
+            fresh_s = max(20, round(60 * args.scale))
+            figures["6_freshness"] = kafka_figures.figure_6(
+                args.bootstrap_servers, Path(tmp), 5000, fresh_s, args.port + 1, log, say
+            )
+        else:
+            skipped = {"skipped": f"no broker at {args.bootstrap_servers}: deploy/kafka/local.sh start"}
+            figures["2_daemon"] = figures["6_freshness"] = skipped
+            say(f"figures 2 and 6 skipped: {skipped['skipped']}")
+    results["elapsed_s"] = time.monotonic() - started
+    out = Path(args.out)
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / "results.md").write_text(render(results))
+    say(f"wrote {out / 'results.md'} and {out / 'results.json'} in {results['elapsed_s'] / 60:.1f} min")
+    print(render(results))
+    return 0
+
+
+def verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("met" if ok else "**missed**")
+
+
+def render(results: dict[str, Any]) -> str:
+    """The Markdown table: one row per figure, its ratio and its target."""
+    f = results["figures"]
+    m = results["machine"]
+    rows: list[tuple[str, str, str, str]] = []
+
+    one = f["1_replay"]
+    rows.append(
+        (
+            f"1. `replay` throughput / read + orjson floor ({one['records']:,} records; "
+            f"{one['replay_records_per_s']:,.0f} rec/s, {one['replay_s']:.1f} s vs {one['floor_s']:.2f} s)",
+            f"{one['ratio']:.3f}",
+            ">= 0.25 (stretch 0.40)",
+            verdict(one["ratio"] >= 0.25),
+        )
+    )
+    two = f["2_daemon"]
+    if "skipped" in two:
+        rows.append(("2. `run` / bare kafka-python consumer", "not run", ">= 0.80", two["skipped"]))
+    else:
+        rows.append(
+            (
+                f"2. `run` / bare kafka-python consumer, backlog of {two['records']:,} records, 3 partitions "
+                f"({two['run_s']:.1f} s vs {two['bare_consumer_s']:.1f} s; without checkpoints "
+                f"{two['ratio_without_checkpoints']:.2f})",
+                f"{two['ratio']:.2f}",
+                ">= 0.80",
+                verdict(two["ratio"] >= 0.80),
+            )
+        )
+    three = f["3_state_size"]
+    rows.append(
+        (
+            f"3a. cost per record, {three['large_open']:,} vs 1k open queries "
+            f"({three['us_per_record_' + str(three['large_open']) + '_open']:.1f} vs "
+            f"{three['us_per_record_1k_open']:.1f} us)",
+            f"{three['ratio_large_vs_1k']:.2f}x",
+            "<= 1.2x",
+            verdict(three["ratio_large_vs_1k"] <= 1.2),
+        )
+    )
+    rows.append(
+        (
+            f"3b. cost per record, k = 100 vs k = 10 ({three['us_per_record_k100']:.1f} vs "
+            f"{three['us_per_record_k10']:.1f} us, 100-item lists)",
+            f"{three['ratio_k100_vs_k10']:.2f}x",
+            "reported",
+            "",
+        )
+    )
+    rows.append(
+        (
+            f"3c. cost per record, 3 and 6 windows vs 1 ({three['us_per_record_3_windows']:.1f}, "
+            f"{three['us_per_record_6_windows']:.1f} vs {three['us_per_record_1_window']:.1f} us)",
+            f"{three['ratio_3_vs_1_window']:.2f}x, {three['ratio_6_vs_1_window']:.2f}x",
+            "reported",
+            "",
+        )
+    )
+    four = f["4_memory"]
+    rows.append(
+        (
+            f"4. memory per open query, 20-item lists ({four['open_queries']:,} open, RSS growth)",
+            f"{four['bytes_per_open_query']:,.0f} B",
+            "<= 2 KB",
+            verdict(four["bytes_per_open_query"] <= 2048),
+        )
+    )
+    five = f["5_batch_route"]
+    if "skipped" in five:
+        rows.append(("5. pandas + ranx batch route vs `replay`", "not run", "reported", five["skipped"]))
+    else:
+        diff = five["largest_difference"]
+        rows.append(
+            (
+                f"5. pandas + ranx batch route / `replay`, MAP@10 per model ({five['pandas_ranx_s']:.1f} s, "
+                f"{five['pandas_ranx_peak_mb']:,.0f} MB vs {five['replay_s']:.1f} s, "
+                f"{five['replay_peak_mb']:,.0f} MB; largest MAP difference "
+                f"{'n/a' if diff is None else f'{diff:.1e}'})",
+                f"{five['time_ratio']:.1f}x time, {five['memory_ratio']:.1f}x memory",
+                "reported",
+                "",
+            )
+        )
+    six = f["6_freshness"]
+    if "skipped" in six:
+        rows.append(("6. freshness at 5k records/s", "not run", "reported", six["skipped"]))
+    else:
+        rows.append(
+            (
+                f"6. freshness: produce -> counted in /metrics, at {six['achieved_rate']:,.0f} records/s "
+                f"({six['records']:,} records)",
+                f"p50 {six['p50_s']:.2f} s, p99 {six['p99_s']:.2f} s",
+                "reported",
+                "",
+            )
+        )
+    libs = ", ".join(f"{k} {v}" for k, v in m["libraries"].items() if v)
+    lines = [
+        "# Benchmark results",
+        "",
+        f"`python -m benchmarks --scale {results['scale']:g}` on {m['date']}: {m['cores']} cores "
+        f"({m['cpu']}), {m['memory_gb']} GB, Python {m['python']}; {libs}. "
+        f"Took {results['elapsed_s'] / 60:.1f} min.",
+        "",
+        "| figure | measured | target | |",
+        "|---|---|---|---|",
+        *(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""The floor of figure 2: a bare kafka-python consumer reading and decoding the daemon's topics.
+
+It is made by the daemon's own consumer factory (the same settings: group membership, range
+assignment, ``max_poll_records``, ``read_committed``, ...), in a group of its own, and does
+nothing with a record but ``orjson.loads`` its value. Exits once it has read ``--expect``
+records. Run as its own process, like the daemon, so both include an interpreter's start.
+
+    python benchmarks/bare_consumer.py --bootstrap-servers HOST:PORT --group G \\
+        --topic IMPRESSIONS --topic EVENTS --expect N
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from streameval.config import load_settings  # noqa: E402
+from streameval.kafka.clients import make_consumer  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--bootstrap-servers", required=True)
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--topic", action="append", required=True)
+    parser.add_argument("--expect", type=int, required=True)
+    args = parser.parse_args()
+    settings = load_settings(None, {}, {"bootstrap_servers": args.bootstrap_servers, "group_id": args.group})
+    consumer = make_consumer(settings)
+    consumer.subscribe(args.topic)
+    seen = 0
+    while seen < args.expect:
+        for messages in consumer.poll(timeout_ms=200).values():
+            for message in messages:
+                try:
+                    orjson.loads(message.value)
+                except orjson.JSONDecodeError:
+                    pass
+            seen += len(messages)
+    consumer.close()
+    print(seen)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,259 @@
+"""Figures 2 and 6, on a running broker: the daemon against a bare consumer, and freshness.
+
+Both generate their traffic with ``streameval simulate`` into fresh topics (3 partitions) and
+run ``streameval run`` as users do, reading its ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from kafka import KafkaConsumer, TopicPartition
+from kafka.admin import KafkaAdminClient, NewTopic
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+@dataclass
+class Topics:
+    prefix: str
+    bootstrap: str
+
+    @property
+    def impressions(self) -> str:
+        return f"{self.prefix}.impressions"
+
+    @property
+    def events(self) -> str:
+        return f"{self.prefix}.events"
+
+    def delete(self) -> None:
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap)
+        try:
+            existing = set(admin.list_topics())
+            admin.delete_topics([t for t in existing if t.startswith(self.prefix)])
+        finally:
+            admin.close()
+
+
+def new_topics(bootstrap: str) -> Topics:
+    return Topics(f"bench-{uuid.uuid4().hex[:8]}", bootstrap)
+
+
+def simulate(topics: Topics, rate: int, duration: str, fast: bool, log) -> subprocess.Popen:
+    """``streameval simulate`` into the topics (created with 3 partitions)."""
+    cmd = [PY, "-m", "streameval", "simulate", "--bootstrap-servers", topics.bootstrap]
+    cmd += ["--impressions-topic", topics.impressions, "--events-topic", topics.events]
+    cmd += ["--partitions", "3", "--rate", str(rate), "--duration", duration, "--seed", "5", "--no-late"]
+    if fast:
+        cmd.append("--fast")
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+
+
+def record_count(topics: Topics) -> int:
+    consumer = KafkaConsumer(bootstrap_servers=topics.bootstrap)
+    try:
+        parts = [
+            TopicPartition(t, p)
+            for t in (topics.impressions, topics.events)
+            for p in consumer.partitions_for_topic(t) or ()
+        ]
+        return sum(consumer.end_offsets(parts).values())
+    finally:
+        consumer.close()
+
+
+def scrape(port: int, path: str = "/metrics") -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as response:
+            return response.read().decode()
+    except OSError:
+        return None
+
+
+def consumed(port: int) -> float:
+    """streameval_records_consumed_total summed over topics, -1 when /metrics does not answer."""
+    text = scrape(port)
+    if text is None:
+        return -1
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("streameval_records_consumed_total"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+class Daemon:
+    """``streameval run`` on the topics, in a group of its own."""
+
+    def __init__(self, topics: Topics, port: int, commit_interval: str, log) -> None:
+        self.port = port
+        cmd = [PY, "-m", "streameval", "run", "--bootstrap-servers", topics.bootstrap]
+        cmd += ["--group-id", f"{topics.prefix}.run-{uuid.uuid4().hex[:6]}"]
+        cmd += ["--impressions-topic", topics.impressions, "--events-topic", topics.events]
+        cmd += ["--dead-letter-topic", f"{topics.prefix}.dlq", "--metrics-host", "127.0.0.1"]
+        cmd += ["--metrics-port", str(port), "--commit-interval", commit_interval]
+        self.started = time.perf_counter()
+        self.process = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+
+    def wait_consumed(self, n: int, timeout: float = 600.0) -> float:
+        """Seconds from the start until /metrics counts ``n`` records."""
+        deadline = time.monotonic() + timeout
+        while consumed(self.port) < n:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"streameval run exited with {self.process.returncode}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"streameval run did not count {n} records in {timeout:.0f} s")
+            time.sleep(0.02)
+        return time.perf_counter() - self.started
+
+    def wait_ready(self, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2):
+                    return
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("streameval run did not become ready") from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def bare_consumer(topics: Topics, n: int, log) -> float:
+    start = time.perf_counter()
+    cmd = [PY, str(ROOT / "benchmarks" / "bare_consumer.py"), "--bootstrap-servers", topics.bootstrap]
+    cmd += ["--group", f"{topics.prefix}.floor-{uuid.uuid4().hex[:6]}"]
+    cmd += ["--topic", topics.impressions, "--topic", topics.events, "--expect", str(n)]
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=log, timeout=600)
+    return time.perf_counter() - start
+
+
+def figure_2(bootstrap: str, duration_s: int, port: int, log, say) -> dict:
+    """The daemon end to end on a backlog, against the bare consumer (best of two each)."""
+    topics = new_topics(bootstrap)
+    try:
+        say(f"figure 2: producing a backlog with streameval simulate --fast ({duration_s} s of traffic)")
+        if simulate(topics, 1000, f"{duration_s}s", fast=True, log=log).wait() != 0:
+            raise RuntimeError("streameval simulate failed")
+        n = record_count(topics)
+        say(f"figure 2: {n:,} records in 2 topics x 3 partitions")
+        floor, run, run_no_ckpt = [], [], []
+        for attempt in range(2):
+            floor.append(bare_consumer(topics, n, log))
+            daemon = Daemon(topics, port, "5s", log)
+            try:
+                run.append(daemon.wait_consumed(n))
+            finally:
+                daemon.stop()
+            say(
+                f"figure 2: round {attempt + 1}: bare consumer {floor[-1]:.2f} s, "
+                f"streameval run {run[-1]:.2f} s"
+            )
+        daemon = Daemon(topics, port, "1h", log)
+        try:
+            run_no_ckpt.append(daemon.wait_consumed(n))
+        finally:
+            daemon.stop()
+        t_floor, t_run, t_plain = min(floor), min(run), min(run_no_ckpt)
+        return {
+            "records": n,
+            "bare_consumer_s": t_floor,
+            "run_s": t_run,
+            "run_without_checkpoints_s": t_plain,
+            "ratio": t_floor / t_run,
+            "ratio_without_checkpoints": t_floor / t_plain,
+        }
+    finally:
+        topics.delete()
+
+
+def figure_6(bootstrap: str, files: Path, rate: int, duration_s: int, port: int, log, say) -> dict:
+    """Freshness at a steady rate: from a record's produce time to /metrics counting it."""
+    topics = new_topics(bootstrap)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics(
+            [NewTopic(t, num_partitions=3, replication_factor=1) for t in (topics.impressions, topics.events)]
+        )
+    finally:
+        admin.close()
+    daemon = Daemon(topics, port, "5s", log)
+    try:
+        daemon.wait_ready()
+        scrapes: list[tuple[float, float]] = []
+        stop = threading.Event()
+
+        def scraper() -> None:
+            while not stop.is_set():
+                count = consumed(port)
+                if count >= 0:
+                    scrapes.append((time.time(), count))
+                time.sleep(0.02)
+
+        thread = threading.Thread(target=scraper, daemon=True)
+        thread.start()
+        say(f"figure 6: producing {rate:,} records/s for {duration_s} s while the daemon runs")
+        cmd = [PY, str(ROOT / "benchmarks" / "paced_producer.py"), "--bootstrap-servers", bootstrap]
+        cmd += ["--impressions-topic", topics.impressions, "--events-topic", topics.events]
+        cmd += ["--rate", str(rate), "--count", str(rate * duration_s), str(files)]
+        subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=log)
+        n = record_count(topics)
+        daemon.wait_consumed(n, timeout=120)
+        time.sleep(0.2)
+        stop.set()
+        thread.join()
+    finally:
+        daemon.stop()
+    # each record's produce time (its CreateTime, set by the producer on send), earliest first
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    parts = [
+        TopicPartition(t, p)
+        for t in (topics.impressions, topics.events)
+        for p in consumer.partitions_for_topic(t) or ()
+    ]
+    consumer.assign(parts)
+    produced: list[float] = []
+    while len(produced) < n:
+        for messages in consumer.poll(timeout_ms=500).values():
+            produced += [m.timestamp / 1000 for m in messages]
+    consumer.close()
+    topics.delete()
+    produced.sort()
+    times = [t for t, _ in scrapes]
+    counts = [c for _, c in scrapes]
+    delays = []
+    for j, t_produced in enumerate(produced, start=1):
+        # the first scrape that counts j records: the j-th record produced is counted by then
+        # (records are counted roughly in produce order; across partitions this is an estimate)
+        i = bisect.bisect_left(counts, j)
+        if i < len(times):
+            delays.append(max(0.0, times[i] - t_produced))
+    delays.sort()
+    return {
+        "records": len(produced),
+        "achieved_rate": len(produced) / max(produced[-1] - produced[0], 1e-9),
+        "target_rate": rate,
+        "p50_s": statistics.median(delays),
+        "p99_s": delays[int(0.99 * (len(delays) - 1))],
+        "max_s": delays[-1],
+    }
