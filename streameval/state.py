@@ -38,8 +38,11 @@ from streameval.pipeline import Counters, GroupCap, Pipeline
 from streameval.records import Engagement
 from streameval.scoring import QueryScore, Sums
 
-#: The version of the layout above; a restore refuses any other.
-FORMAT_VERSION = 1
+#: The version of the layout above that checkpoints write. Version 2 stores a query's shown
+#: list as ``items`` (version 1: ``rank_of``, item -> first rank, slower to write).
+FORMAT_VERSION = 2
+#: The versions a restore reads; it refuses any other.
+READABLE_VERSIONS = (1, 2)
 TOTALS_KEY = b"t"
 
 Entry = tuple[bytes, bytes | None]
@@ -85,7 +88,8 @@ def all_entries(pipeline: Pipeline) -> list[Entry]:
 
 
 def _dumps(value: dict[str, Any]) -> bytes:
-    return orjson.dumps({"v": FORMAT_VERSION, **value})
+    """``value`` with the format version; callers put ``"v"`` first themselves (no copy)."""
+    return orjson.dumps(value)
 
 
 def _finite(x: float) -> float | None:
@@ -105,30 +109,34 @@ def _entry(pipeline: Pipeline, key: tuple[Any, ...]) -> Entry:
         name = b"q:" + query_id.encode()
         query = joiner.open.get(query_id)
         if query is not None:
-            return name, _dumps({"ts": query.ts, "group": list(query.group), "score": query.score.to_dict()})
+            return name, _dumps(
+                {"v": FORMAT_VERSION, "ts": query.ts, "group": query.group, "score": query.score.to_dict()}
+            )
         if query_id in joiner.tombstones:
-            return name, _dumps({"settled": joiner.tombstones[query_id]})
+            return name, _dumps({"v": FORMAT_VERSION, "settled": joiner.tombstones[query_id]})
         return name, None
     if kind == "o":
         name = b"o:" + key[1].encode()
         waiting = joiner.orphans.get(key[1])
         if not waiting:
             return name, None
-        return name, _dumps({"events": [[e.query_id, e.item, e.type, e.ts, e.event_id] for e in waiting]})
+        events = [[e.query_id, e.item, e.type, e.ts, e.event_id] for e in waiting]
+        return name, _dumps({"v": FORMAT_VERSION, "events": events})
     if kind == "s":
         name = b"s:" + orjson.dumps(key[1])
         expiry = joiner.seen.get(key[1])
-        return name, None if expiry is None else _dumps({"until": expiry})
+        return name, None if expiry is None else _dumps({"v": FORMAT_VERSION, "until": expiry})
     # ("w", window, index)
     name = f"w:{key[1]}:{key[2]}".encode()
     ring = pipeline.windows.ring(key[1])
     groups = ring.buckets.get(key[2]) if ring is not None else None
-    return name, None if not groups else _dumps({"groups": _groups(groups)})
+    return name, None if not groups else _dumps({"v": FORMAT_VERSION, "groups": _groups(groups)})
 
 
 def _totals(pipeline: Pipeline) -> dict[str, Any]:
     c = pipeline.counters
     return {
+        "v": FORMAT_VERSION,
         "max_event_ts": _finite(pipeline.watermark.max_event_ts),
         "watermark": _finite(pipeline.watermark.value),
         "frontier": _finite(pipeline.windows.frontier),
@@ -170,11 +178,11 @@ def latest(records: Iterable[tuple[bytes | None, bytes | None, str]], into: Valu
             value = orjson.loads(raw)
         except orjson.JSONDecodeError:
             raise StateError(f"{where}: changelog record {key[:60]!r} is not JSON") from None
-        if not isinstance(value, dict) or value.get("v") != FORMAT_VERSION:
+        if not isinstance(value, dict) or value.get("v") not in READABLE_VERSIONS:
             found = value.get("v") if isinstance(value, dict) else None
             raise StateError(
                 f"{where}: changelog record {key[:60]!r} has state format {found!r}, this version "
-                f"reads {FORMAT_VERSION}"
+                f"reads {' and '.join(map(str, READABLE_VERSIONS))}"
             )
         out[key] = (value, where)
     return out

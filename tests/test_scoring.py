@@ -159,3 +159,13 @@ def test_rank_is_the_first_position_however_the_list_is_held(items, item) -> Non
     state = QueryScore(items, (), ())
     assert state.rank(item) == expected
     assert QueryScore.from_dict(state.to_dict()).rank(item) == expected
+
+
+def test_state_format_1_scores_still_restore() -> None:
+    # format 1 wrote the shown list as item -> first rank; format 2 writes the list itself
+    from streameval.scoring.query import QueryScore
+
+    old = {"rank_of": {"a": 1, "b": 2, "c": 4}, "grade": {"b": 1.0}, "hits": [2], "ideal": [1.0]}
+    state = QueryScore.from_dict({**old, "ap_num": [0.5], "dcg": [0.63]})
+    assert [state.rank(i) for i in ("a", "b", "c", "x")] == [1, 2, 4, None]
+    assert state.n_relevant == 1 and state.hits == [2]

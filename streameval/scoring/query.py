@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from streameval.scoring import ap, ndcg, rates
 from streameval.scoring.spec import MetricSpec
@@ -50,8 +50,6 @@ class QueryScore:
     """
 
     __slots__ = ("items", "grade", "hits", "ideal", "ap_num", "dcg")
-    #: what to_dict writes (the shown list as the first rank of each item)
-    FIELDS: ClassVar[tuple[str, ...]] = ("rank_of", "grade", "hits", "ideal", "ap_num", "dcg")
 
     def __init__(
         self, items: Sequence[str | None], ap_zero: Sequence[float], dcg_zero: Sequence[float]
@@ -87,25 +85,25 @@ class QueryScore:
         return len(self.ideal)
 
     def to_dict(self) -> dict[str, Any]:
-        rank_of: dict[str, int] = {}
-        for rank, item in enumerate(self.shown(), start=1):
-            if item is not None:
-                rank_of.setdefault(item, rank)
         return {
-            "rank_of": rank_of,
+            "items": self.shown(),
             "grade": self.grade,
-            "hits": list(self.hits),
-            "ideal": list(self.ideal),
-            "ap_num": list(self.ap_num),
-            "dcg": list(self.dcg),
+            "hits": self.hits,
+            "ideal": self.ideal,
+            "ap_num": self.ap_num,
+            "dcg": self.dcg,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> QueryScore:
-        rank_of: Mapping[str, int] = data["rank_of"]
-        items: list[str | None] = [None] * max(rank_of.values(), default=0)
-        for item, rank in rank_of.items():
-            items[rank - 1] = item  # later copies of an item stay None: they never rank
+        if "items" in data:
+            items: Sequence[str | None] = data["items"]
+        else:  # state format 1: item -> first rank
+            rank_of: Mapping[str, int] = data["rank_of"]
+            ranked: list[str | None] = [None] * max(rank_of.values(), default=0)
+            for item, rank in rank_of.items():
+                ranked[rank - 1] = item  # later copies of an item stay None: they never rank
+            items = ranked
         state = cls(items, data["ap_num"], data["dcg"])
         state.grade = data["grade"] or _NO_GRADES
         state.hits, state.ideal = data["hits"], data["ideal"]

@@ -1,0 +1,47 @@
+"""The benchmark command runs to completion and writes every figure (at a tiny scale).
+
+A smoke test, not a benchmark: it checks that ``python -m benchmarks`` still works end to end on
+the real broker and that its table has all six figures with a target beside each. It asserts
+nothing about how long anything took.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.integration.conftest import ROOT
+
+
+def test_benchmark_command_writes_all_six_figures(bootstrap, tmp_path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--scale", "0.01", "--out", str(tmp_path)]
+        + ["--bootstrap-servers", bootstrap],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    figures = results["figures"]
+    assert sorted(figures) == [
+        "1_replay",
+        "2_daemon",
+        "3_state_size",
+        "4_memory",
+        "5_batch_route",
+        "6_freshness",
+    ]
+    for name, figure in figures.items():
+        assert "skipped" not in figure, f"{name}: {figure}"
+    assert figures["1_replay"]["ratio"] > 0
+    assert figures["2_daemon"]["ratio"] > 0
+    assert figures["4_memory"]["bytes_per_open_query"] > 0
+    assert figures["5_batch_route"]["largest_difference"] < 1e-9  # ranx agrees with replay
+    assert figures["6_freshness"]["records"] > 0
+    table = (tmp_path / "results.md").read_text()
+    for row in ("| 1.", "| 2.", "| 3a.", "| 4.", "| 5.", "| 6."):
+        assert row in table
+    assert ">= 0.25" in table and ">= 0.80" in table and "<= 2 KB" in table
