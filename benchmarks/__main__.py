@@ -167,15 +167,20 @@ def state_cost(log: Any, **flags: Any) -> dict[str, Any]:
 
 def figures_3_4(scale: float, log: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     big = max(10_000, round(1_000_000 * scale))
+    measure = max(30_000, round(150_000 * scale))  # records timed per run
+
+    def cost(**flags: Any) -> float:
+        return state_cost(log, measure=measure, **flags)["us_per_record"]
+
     say("figure 3: cost per record with 1k open queries (steady state)")
-    small = state_cost(log, open=1000)["us_per_record"]
+    small = cost(open=1000)
     say(f"figure 3: with {big:,} open queries (warming up two horizons of traffic)")
-    large = state_cost(log, open=big)["us_per_record"]
+    large = cost(open=big)
     say("figure 3: k = 10 vs 100 (100-item lists), 1 vs 3 vs 6 windows")
-    k10 = state_cost(log, open=1000, k=10, list_len=100)["us_per_record"]
-    k100 = state_cost(log, open=1000, k=100, list_len=100)["us_per_record"]
-    w1 = state_cost(log, open=1000, windows="1h")["us_per_record"]
-    w6 = state_cost(log, open=1000, windows="1m,5m,15m,1h,6h,24h")["us_per_record"]
+    k10 = cost(open=1000, k=10, list_len=100)
+    k100 = cost(open=1000, k=100, list_len=100)
+    w1 = cost(open=1000, windows="1h")
+    w6 = cost(open=1000, windows="1m,5m,15m,1h,6h,24h")
     fig3 = {
         "us_per_record_1k_open": small,
         f"us_per_record_{big}_open": large,

@@ -7,6 +7,7 @@ nothing about how long anything took.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -34,12 +35,15 @@ def test_benchmark_command_writes_all_six_figures(bootstrap, tmp_path) -> None:
         "5_batch_route",
         "6_freshness",
     ]
+    # figure 5 needs the bench extras (pandas, ranx), which the test extras leave out
+    optional = set() if importlib.util.find_spec("ranx") else {"5_batch_route"}
     for name, figure in figures.items():
-        assert "skipped" not in figure, f"{name}: {figure}"
+        assert "skipped" not in figure or name in optional, f"{name}: {figure}"
     assert figures["1_replay"]["ratio"] > 0
     assert figures["2_daemon"]["ratio"] > 0
     assert figures["4_memory"]["bytes_per_open_query"] > 0
-    assert figures["5_batch_route"]["largest_difference"] < 1e-9  # ranx agrees with replay
+    if not optional:
+        assert figures["5_batch_route"]["largest_difference"] < 1e-9  # ranx agrees with replay
     assert figures["6_freshness"]["records"] > 0
     table = (tmp_path / "results.md").read_text()
     for row in ("| 1.", "| 2.", "| 3a.", "| 4.", "| 5.", "| 6."):
