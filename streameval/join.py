@@ -202,11 +202,10 @@ class Joiner:
         """Settle queries, expire orphans and forget old tombstones and keys the watermark passed."""
         settle_at = self._settle_at
         if self.ordered:
-            if watermark != math.inf:
-                return
-            # the open queries, in the order they were opened: by (deadline, arrival)
-            due = [(0.0, 0, query_id) for query_id in self.open]
-        elif watermark == math.inf and settle_at:
+            if watermark == math.inf:
+                self._settle_all_in_order()
+            return
+        if watermark == math.inf and settle_at:
             # everything settles: in heap order, but one sort is far cheaper than n pops
             settle_at.sort()
             due, self._settle_at = settle_at, []
@@ -251,6 +250,19 @@ class Joiner:
             key = heapq.heappop(self._seen_expiry)[2]
             if self.seen.pop(key, None) is not None and self.changes is not None:
                 self.changes.add(("s", key))
+
+    def _settle_all_in_order(self) -> None:
+        """The end of ordered input: every open query settles, in the order they were opened
+        (which is the order of their deadlines, ts + max horizon), and every orphan is dropped."""
+        queries = list(self.open.values())
+        self.open.clear()
+        scorer, settled = self.scorer, self.sink.settled
+        for query in queries:
+            if query.stale:
+                query.n_relevant = query.score.n_relevant
+                query.values = scorer.values(query.score)
+            settled(query)
+        self._drop_all_orphans()
 
     # --- state: adding one piece, as processing does and as a restore does -------------------
 

@@ -205,7 +205,13 @@ class Pipeline:
         sums.add(query.n_relevant, query.values)
 
     def settled(self, query: OpenQuery) -> None:
-        self._sums(self.settled_totals, query.group).add(query.n_relevant, query.values)
+        totals = self.settled_totals.get(query.group)
+        if totals is None:
+            totals = self.settled_totals[query.group] = Sums(len(self.metrics))
+        if query.values is None:
+            totals.queries += 1  # add(n, None), without the call: most queries end here
+        else:
+            totals.add(query.n_relevant, query.values)
         if self.views:
             provisional = self._sums(self.provisional, query.group)
             provisional.add(query.n_relevant, query.values, -1)

@@ -112,9 +112,10 @@ class QueryScore:
 
 def _compact(items: Sequence[str | None]) -> str | Sequence[str | None]:
     """The shown list as SEP item SEP item ... SEP when that is unambiguous, else as it is."""
-    if None in items:
+    try:
+        joined = SEP.join(items)  # type: ignore[arg-type]
+    except TypeError:  # a None: a list read back from format 1, with gaps
         return items
-    joined = SEP.join(items)  # type: ignore[arg-type]
     if joined.count(SEP) != len(items) - 1:  # an item contains SEP
         return items
     return SEP + joined + SEP
