@@ -96,10 +96,11 @@ class Joiner:
         self.settings = settings
         #: Records arrive in event-time order (``replay`` sorts them) and remember_until_end
         #: holds: then settling can wait for the end of the input without changing any result.
-        #: An event for a query the watermark has passed is after its horizon (its time is at
-        #: least the watermark), which _misfit says whether the query is open or settled; no
-        #: impression is late; and queries, opened in time order, settle at the end in the
-        #: order of their deadlines (ts + max horizon) anyway -- so no settle heap is kept.
+        #: An event that comes after the watermark passed its query's settling time is after
+        #: the query's horizon by its own time (which is at least the watermark), and _misfit
+        #: says so whether the query is still open or settled; no impression is late; and the
+        #: queries, opened in time order, are already in the order of their deadlines
+        #: (ts + max horizon), the order they settle in -- so no settle heap is kept.
         self.ordered = ordered and remember_until_end
         #: recompute a query's values on every change (and tell the sink); else once, as it settles
         self.eager_values = eager_values

@@ -33,3 +33,12 @@ def test_other_messages_are_not_held_back() -> None:
         and throttle.filter(record("b"))
         and throttle.filter(record("a", "kafka.net"))
     )
+
+
+def test_messages_that_differ_only_in_numbers_are_one_template() -> None:
+    # kafka-python formats this one itself, with an object address and a duration
+    throttle = Throttle(clock=lambda: 0.0)
+    slow = "Task <kafka.net.selector.Task object at {}> ran for {}s (>0.100s threshold)."
+    assert throttle.filter(record(slow.format("0x7f39f04bd150", "0.137"), "kafka.net.selector"))
+    assert not throttle.filter(record(slow.format("0x7f39ebfec790", "0.209"), "kafka.net.selector"))
+    assert throttle.filter(record("Task left RUNNING after step", "kafka.net.selector"))
