@@ -26,12 +26,11 @@ answer is the batch definition of the README (Definitions) however far apart rel
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import math
 from typing import Protocol
 
 from streameval.config import Settings
+from streameval.deadlines import Deadlines
 from streameval.records import Engagement, Impression
 from streameval.scoring import QueryScore, Scorer
 
@@ -119,11 +118,10 @@ class Joiner:
         self.seen: dict[tuple[str, ...] | str, float] = {}  # dedup key -> when it is forgotten
         #: keys changed since the last checkpoint, when the owner tracks them (the daemon)
         self.changes: set[StateKey] | None = None
-        self._seq = itertools.count()
-        self._settle_at: list[tuple[float, int, str]] = []
-        self._orphan_expiry: list[tuple[float, int, Engagement]] = []
-        self._tombstone_expiry: list[tuple[float, int, str]] = []
-        self._seen_expiry: list[tuple[float, int, tuple[str, ...] | str]] = []
+        self._settle_at: Deadlines[str] = Deadlines()  # query ids, by ts + max horizon
+        self._orphan_expiry: Deadlines[Engagement] = Deadlines()
+        self._tombstone_expiry: Deadlines[str] = Deadlines()
+        self._seen_expiry: Deadlines[tuple[str, ...] | str] = Deadlines()
 
     # --- records -------------------------------------------------------------------------------
 
@@ -201,20 +199,11 @@ class Joiner:
 
     def advance(self, watermark: float) -> None:
         """Settle queries, expire orphans and forget old tombstones and keys the watermark passed."""
-        settle_at = self._settle_at
         if self.ordered:
             if watermark == math.inf:
                 self._settle_all_in_order()
             return
-        if watermark == math.inf and settle_at:
-            # everything settles: in heap order, but one sort is far cheaper than n pops
-            settle_at.sort()
-            due, self._settle_at = settle_at, []
-        else:
-            due = []
-            while settle_at and settle_at[0][0] < watermark:
-                due.append(heapq.heappop(settle_at))
-        for _, _, query_id in due:
+        for query_id in self._settle_at.pop_due(watermark):
             query = self.open.pop(query_id, None)
             if query is None:
                 continue
@@ -230,9 +219,7 @@ class Joiner:
             if math.isinf(watermark) and watermark > 0:
                 self._drop_all_orphans()
             return
-        expiry = self._orphan_expiry
-        while expiry and expiry[0][0] < watermark:
-            event = heapq.heappop(expiry)[2]
+        for event in self._orphan_expiry.pop_due(watermark):
             waiting = self.orphans.get(event.query_id)
             index = next((i for i, e in enumerate(waiting or ()) if e is event), None)
             if waiting is not None and index is not None:  # else its impression claimed it
@@ -243,12 +230,10 @@ class Joiner:
                     del self.orphans[event.query_id]
                 self.orphan_count -= 1
                 self.sink.unattributed("unknown_query")
-        while self._tombstone_expiry and self._tombstone_expiry[0][0] < watermark:
-            query_id = heapq.heappop(self._tombstone_expiry)[2]
+        for query_id in self._tombstone_expiry.pop_due(watermark):
             if self.tombstones.pop(query_id, None) is not None and self.changes is not None:
                 self.changes.add(("q", query_id))
-        while self._seen_expiry and self._seen_expiry[0][0] < watermark:
-            key = heapq.heappop(self._seen_expiry)[2]
+        for key in self._seen_expiry.pop_due(watermark):
             if self.seen.pop(key, None) is not None and self.changes is not None:
                 self.changes.add(("s", key))
 
@@ -271,7 +256,7 @@ class Joiner:
         """Hold an open query until it settles."""
         self.open[query.query_id] = query
         if not self.ordered:
-            heapq.heappush(self._settle_at, (query.ts + self.max_horizon, next(self._seq), query.query_id))
+            self._settle_at.push(query.ts + self.max_horizon, query.query_id)
         if self.changes is not None:
             self.changes.add(("q", query.query_id))
 
@@ -280,13 +265,13 @@ class Joiner:
         self.tombstones[query_id] = imp_ts
         if not self.remember_until_end:
             expiry = imp_ts + self.max_horizon + self.retention
-            heapq.heappush(self._tombstone_expiry, (expiry, next(self._seq), query_id))
+            self._tombstone_expiry.push(expiry, query_id)
 
     def add_orphan(self, ev: Engagement) -> None:
         """Hold an event until its impression arrives or the watermark passes ts + orphan_ttl."""
         if not self.remember_until_end:
             deadline = ev.ts + self.settings.orphan_ttl
-            heapq.heappush(self._orphan_expiry, (deadline, next(self._seq), ev))
+            self._orphan_expiry.push(deadline, ev)
         self.orphans.setdefault(ev.query_id, []).append(ev)
         self.orphan_count += 1
         if self.changes is not None:
@@ -295,7 +280,7 @@ class Joiner:
     def add_seen(self, key: tuple[str, ...] | str, expiry: float) -> None:
         """Remember an event dedup key until the watermark passes ``expiry``."""
         self.seen[key] = expiry
-        heapq.heappush(self._seen_expiry, (expiry, next(self._seq), key))
+        self._seen_expiry.push(expiry, key)
         if self.changes is not None:
             self.changes.add(("s", key))
 
