@@ -223,7 +223,12 @@ def main() -> int:
         "--scale", type=float, default=1.0, help="data size: 1 = the README's figures, 0.1 = a quick look"
     )
     parser.add_argument("--out", default=str(HERE), help="where results.json/.md go (default: benchmarks/)")
-    parser.add_argument("--port", type=int, default=9499, help="metrics port of the daemons it starts")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=9499,
+        help="metrics port of the daemons it starts, and the next one (default: %(default)s)",
+    )
     args = parser.parse_args()
     if args.scale <= 0:
         parser.error("--scale must be positive")
