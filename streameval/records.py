@@ -134,15 +134,21 @@ def _item_id(value: Any, name: str) -> str:
     raise _Bad("wrong_type", f"{name} is {type(value).__name__}, not a string or integer")
 
 
+def _object_or_none(raw: bytes | str) -> dict[str, Any] | None:
+    """The JSON object in ``raw``, or None for anything else (the fast paths' first step)."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return obj if type(obj) is dict else None
+
+
 def decode_impression(raw: bytes | str, group_by: Collection[str]) -> Impression | Rejection:
     """Decode one impression record. Group fields that are absent or null become ``unknown``."""
     # Fast path for the common, well-formed record: exact type checks, no exceptions. Anything
     # it does not accept goes through the checked path below, which finds the reason.
-    try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        obj = None
-    if type(obj) is dict:
+    obj = _object_or_none(raw)
+    if obj is not None:
         query_id = obj.get("query_id")
         ts = obj.get("ts")
         items = obj.get("items")
@@ -193,11 +199,8 @@ def decode_event(
 ) -> Engagement | Rejection:
     """Decode one engagement event; ``default_type`` is the type its topic maps to, if any."""
     # fast path, as in decode_impression
-    try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        obj = None
-    if type(obj) is dict:
+    obj = _object_or_none(raw)
+    if obj is not None:
         query_id = obj.get("query_id")
         item = obj.get("item")
         event_type = obj.get("type")
