@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from streameval.scoring import MetricSpec, Scorer, ScoringParams
@@ -148,6 +148,8 @@ def test_grade_upgrade_changes_ndcg_not_ap() -> None:
     assert not scorer.add_grade(state, "c", 1)  # a lower grade changes nothing
 
 
+@example(["a", "b"], "a\x1fb")  # an unshown item that spans two shown ones in the joined string
+@example(["", ""], "\x1f")
 @given(
     st.lists(st.sampled_from(["a", "b", "ab", "", "a\x1fb", "\x1f", "c"]), min_size=1, max_size=8),
     st.sampled_from(["a", "b", "ab", "", "a\x1fb", "\x1f", "c", "x"]),

@@ -65,6 +65,8 @@ class QueryScore:
         """The first rank of ``item`` in the shown list (1-based), None when it was not shown."""
         items = self.items
         if type(items) is str:
+            if SEP in item:  # no shown item has one (else the list is not held as a string)
+                return None
             # SEP item SEP is found exactly where the item starts; the separators before it
             # count the items before it
             at = items.find(SEP + item + SEP)
