@@ -207,8 +207,7 @@ class Joiner:
             query = self.open.pop(query_id, None)
             if query is None:
                 continue
-            if watermark != math.inf:  # at the end of the input no record follows to need it
-                self.add_tombstone(query_id, query.ts)
+            self.add_tombstone(query_id, query.ts)
             if self.changes is not None:
                 self.changes.add(("q", query_id))
             if query.stale:

@@ -193,7 +193,7 @@ class Pipeline:
 
     def opened(self, query: OpenQuery) -> None:
         if self.views:
-            self._sums(self.provisional, query.group).queries += 1  # add(0, None)
+            self._sums(self.provisional, query.group).add(0, None)
 
     def restored_open(self, query: OpenQuery) -> None:
         """An open query read back from a checkpoint joins the provisional sums."""
@@ -205,13 +205,7 @@ class Pipeline:
         sums.add(query.n_relevant, query.values)
 
     def settled(self, query: OpenQuery) -> None:
-        totals = self.settled_totals.get(query.group)
-        if totals is None:
-            totals = self.settled_totals[query.group] = Sums(len(self.metrics))
-        if query.values is None:
-            totals.queries += 1  # add(n, None), without the call: most queries end here
-        else:
-            totals.add(query.n_relevant, query.values)
+        self._sums(self.settled_totals, query.group).add(query.n_relevant, query.values)
         if self.views:
             provisional = self._sums(self.provisional, query.group)
             provisional.add(query.n_relevant, query.values, -1)

@@ -88,8 +88,7 @@ def all_entries(pipeline: Pipeline) -> list[Entry]:
 
 
 def _dumps(value: dict[str, Any]) -> bytes:
-    """``value`` with the format version; callers put ``"v"`` first themselves (no copy)."""
-    return orjson.dumps(value)
+    return orjson.dumps({"v": FORMAT_VERSION, **value})
 
 
 def _finite(x: float) -> float | None:
@@ -109,11 +108,9 @@ def _entry(pipeline: Pipeline, key: tuple[Any, ...]) -> Entry:
         name = b"q:" + query_id.encode()
         query = joiner.open.get(query_id)
         if query is not None:
-            return name, _dumps(
-                {"v": FORMAT_VERSION, "ts": query.ts, "group": query.group, "score": query.score.to_dict()}
-            )
+            return name, _dumps({"ts": query.ts, "group": query.group, "score": query.score.to_dict()})
         if query_id in joiner.tombstones:
-            return name, _dumps({"v": FORMAT_VERSION, "settled": joiner.tombstones[query_id]})
+            return name, _dumps({"settled": joiner.tombstones[query_id]})
         return name, None
     if kind == "o":
         name = b"o:" + key[1].encode()
@@ -121,22 +118,21 @@ def _entry(pipeline: Pipeline, key: tuple[Any, ...]) -> Entry:
         if not waiting:
             return name, None
         events = [[e.query_id, e.item, e.type, e.ts, e.event_id] for e in waiting]
-        return name, _dumps({"v": FORMAT_VERSION, "events": events})
+        return name, _dumps({"events": events})
     if kind == "s":
         name = b"s:" + orjson.dumps(key[1])
         expiry = joiner.seen.get(key[1])
-        return name, None if expiry is None else _dumps({"v": FORMAT_VERSION, "until": expiry})
+        return name, None if expiry is None else _dumps({"until": expiry})
     # ("w", window, index)
     name = f"w:{key[1]}:{key[2]}".encode()
     ring = pipeline.windows.ring(key[1])
     groups = ring.buckets.get(key[2]) if ring is not None else None
-    return name, None if not groups else _dumps({"v": FORMAT_VERSION, "groups": _groups(groups)})
+    return name, None if not groups else _dumps({"groups": _groups(groups)})
 
 
 def _totals(pipeline: Pipeline) -> dict[str, Any]:
     c = pipeline.counters
     return {
-        "v": FORMAT_VERSION,
         "max_event_ts": _finite(pipeline.watermark.max_event_ts),
         "watermark": _finite(pipeline.watermark.value),
         "frontier": _finite(pipeline.windows.frontier),

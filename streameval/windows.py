@@ -48,12 +48,8 @@ class _Ring:
         low = self.first_live_bucket(frontier)
         if low <= self.low:  # the frontier has not crossed a bucket boundary
             return []
-        previous, self.low = self.low, low
-        if low - previous <= len(self.buckets):
-            # buckets are only made at or above the low mark: the ones gone are in this range
-            gone = [i for i in range(int(previous), int(low)) if i in self.buckets]
-        else:
-            gone = [i for i in self.buckets if i < low]
+        self.low = low
+        gone = [i for i in self.buckets if i < low]
         for index in gone:
             del self.buckets[index]
         return gone

@@ -12,6 +12,7 @@ best first, cut at k. With no relevant item NDCG is undefined (None).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 
@@ -23,6 +24,7 @@ def gain(grade: float, kind: str) -> float:
     return 2.0**grade - 1.0 if kind == "exp" else float(grade)
 
 
+@functools.cache  # a table: ranks are few, and every change of every query reads them
 def discount(rank: int) -> float:
     """1 / log2(rank + 1)."""
     return 1.0 / math.log2(rank + 1)

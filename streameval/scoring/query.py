@@ -145,7 +145,6 @@ class Scorer:
             )
             for m in params.metrics
         ]
-        self._discounts: list[float] = [0.0]  # index r: 1 / log2(r + 1)
         # what every new query starts from (tuples: shared, and copied before a change)
         self._ap_zero = (0.0,) * len(self.ap_ks)
         self._dcg_zero = (0.0,) * len(self.dcg_ks)
@@ -223,7 +222,7 @@ class Scorer:
                 if kind == _WAP:
                     value *= n_rel
             elif kind == _NDCG:
-                idcg = self._ideal_dcg(ideal, k)
+                idcg = ndcg.ideal_dcg(ideal, k, self.params.ndcg_gain)
                 value = state.dcg[index] / idcg if idcg > 0 else 0.0
             elif kind == _RECALL:
                 value = hits_k / n_rel
@@ -233,19 +232,6 @@ class Scorer:
                 value = 1.0 / hits[0] if hits_k else 0.0
             out.append(value)
         return tuple(out)
-
-    def _ideal_dcg(self, grades_ascending: Sequence[float], k: int) -> float:
-        """ndcg.ideal_dcg with the discounts from a table (the same floats, in the same order)."""
-        discounts = self._discounts
-        n = len(grades_ascending)
-        top = min(k, n)
-        while len(discounts) <= top:
-            discounts.append(ndcg.discount(len(discounts)))
-        kind = self.params.ndcg_gain
-        total = 0.0
-        for i in range(top):
-            total += ndcg.gain(grades_ascending[n - 1 - i], kind) * discounts[i + 1]
-        return total
 
     # --- the from-scratch reference, for tests and self-checks ---------------------------------
 

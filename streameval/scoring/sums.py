@@ -13,7 +13,7 @@ The mean is None when its denominator is 0 ("no query counts").
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from streameval.scoring.spec import MetricSpec
 
@@ -22,7 +22,6 @@ class Sums:
     """queries, queries_with_relevant, relevant_items, and per metric a sum and sum of squares."""
 
     __slots__ = ("queries", "with_relevant", "relevant_items", "sums", "squares")
-    FIELDS: ClassVar[tuple[str, ...]] = ("queries", "with_relevant", "relevant_items", "sums", "squares")
 
     def __init__(self, n_metrics: int) -> None:
         self.queries = 0
@@ -38,15 +37,9 @@ class Sums:
             return
         self.with_relevant += sign
         self.relevant_items += sign * n_relevant
-        sums, squares = self.sums, self.squares
-        if sign == 1:  # the common case, without the multiplications
-            for i, value in enumerate(values):
-                sums[i] += value
-                squares[i] += value * value
-        else:
-            for i, value in enumerate(values):
-                sums[i] += sign * value
-                squares[i] += sign * value * value
+        for i, value in enumerate(values):
+            self.sums[i] += sign * value
+            self.squares[i] += sign * value * value
 
     def merge(self, other: Sums) -> None:
         """Add every part of ``other``."""
@@ -84,11 +77,11 @@ class Sums:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {slot: getattr(self, slot) for slot in self.FIELDS}
+        return {slot: getattr(self, slot) for slot in self.__slots__}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Sums:
         sums = cls(len(data["sums"]))
-        for slot in cls.FIELDS:
+        for slot in cls.__slots__:
             setattr(sums, slot, data[slot])
         return sums
