@@ -45,7 +45,7 @@ MIN_RETENTION_S = 600.0
 class OpenQuery:
     """A query whose values may still change."""
 
-    __slots__ = ("query_id", "ts", "group", "score", "n_relevant", "values", "stale")
+    __slots__ = ("query_id", "ts", "group", "score", "n_relevant", "values")
 
     def __init__(self, query_id: str, ts: float, group: tuple[str, ...], score: QueryScore) -> None:
         self.query_id = query_id
@@ -54,8 +54,6 @@ class OpenQuery:
         self.score = score
         self.n_relevant = 0
         self.values: tuple[float, ...] | None = None
-        #: the score changed but n_relevant and values were not recomputed (no eager values)
-        self.stale = False
 
 
 class JoinSink(Protocol):
@@ -89,20 +87,8 @@ class Joiner:
         scorer: Scorer,
         sink: JoinSink,
         remember_until_end: bool = False,
-        eager_values: bool = True,
-        ordered: bool = False,
     ) -> None:
         self.settings = settings
-        #: Records arrive in event-time order (``replay`` sorts them) and remember_until_end
-        #: holds: then settling can wait for the end of the input without changing any result.
-        #: An event that comes after the watermark passed its query's settling time is after
-        #: the query's horizon by its own time (which is at least the watermark), and _misfit
-        #: says so whether the query is still open or settled; no impression is late; and the
-        #: queries, opened in time order, are already in the order of their deadlines
-        #: (ts + max horizon), the order they settle in -- so no settle heap is kept.
-        self.ordered = ordered and remember_until_end
-        #: recompute a query's values on every change (and tell the sink); else once, as it settles
-        self.eager_values = eager_values
         # per event type, looked up once per event (every decoded event's type has a grade)
         self._grades = dict(settings.grades)
         self._horizons = {t: settings.horizon_for(t) for t in settings.grades}
@@ -137,8 +123,7 @@ class Joiner:
         group = self.sink.group_of(imp.group)
         query = OpenQuery(imp.query_id, imp.ts, group, self.scorer.new(imp.items))
         self.add_open(query)
-        if self.eager_values:
-            self.sink.opened(query)
+        self.sink.opened(query)
         waiting = self.orphans.pop(imp.query_id, None)
         if waiting:
             if self.changes is not None:
@@ -187,9 +172,6 @@ class Joiner:
         if self.scorer.add_grade(query.score, ev.item, self._grades[ev.type]):
             if self.changes is not None:
                 self.changes.add(("q", query.query_id))
-            if not self.eager_values:
-                query.stale = True
-                return
             old_n, old_values = query.n_relevant, query.values
             query.n_relevant = query.score.n_relevant
             query.values = self.scorer.values(query.score)
@@ -199,10 +181,6 @@ class Joiner:
 
     def advance(self, watermark: float) -> None:
         """Settle queries, expire orphans and forget old tombstones and keys the watermark passed."""
-        if self.ordered:
-            if watermark == math.inf:
-                self._settle_all_in_order()
-            return
         for query_id in self._settle_at.pop_due(watermark):
             query = self.open.pop(query_id, None)
             if query is None:
@@ -210,9 +188,6 @@ class Joiner:
             self.add_tombstone(query_id, query.ts)
             if self.changes is not None:
                 self.changes.add(("q", query_id))
-            if query.stale:
-                query.n_relevant = query.score.n_relevant
-                query.values = self.scorer.values(query.score)
             self.sink.settled(query)
         if self.remember_until_end:
             if math.isinf(watermark) and watermark > 0:
@@ -236,26 +211,12 @@ class Joiner:
             if self.seen.pop(key, None) is not None and self.changes is not None:
                 self.changes.add(("s", key))
 
-    def _settle_all_in_order(self) -> None:
-        """The end of ordered input: every open query settles, in the order they were opened
-        (which is the order of their deadlines, ts + max horizon), and every orphan is dropped."""
-        queries = list(self.open.values())
-        self.open.clear()
-        scorer, settled = self.scorer, self.sink.settled
-        for query in queries:
-            if query.stale:
-                query.n_relevant = query.score.n_relevant
-                query.values = scorer.values(query.score)
-            settled(query)
-        self._drop_all_orphans()
-
     # --- state: adding one piece, as processing does and as a restore does -------------------
 
     def add_open(self, query: OpenQuery) -> None:
         """Hold an open query until it settles."""
         self.open[query.query_id] = query
-        if not self.ordered:
-            self._settle_at.push(query.ts + self.max_horizon, query.query_id)
+        self._settle_at.push(query.ts + self.max_horizon, query.query_id)
         if self.changes is not None:
             self.changes.add(("q", query.query_id))
 

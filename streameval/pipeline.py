@@ -93,8 +93,6 @@ class Pipeline:
         wall_clock: Callable[[], float] | None = None,
         remember_until_end: bool = False,
         group_cap: GroupCap | None = None,
-        views: bool = True,
-        ordered: bool = False,
     ) -> None:
         self.settings = settings
         self.metrics = settings.metrics
@@ -108,15 +106,7 @@ class Pipeline:
             )
         )
         self.watermark = Watermark(settings.allowed_lateness, wall_clock)
-        #: keep the provisional sums and the windows up to date; ``replay`` reads neither (only
-        #: the settled totals), and without them a query's values are computed once, as it settles
-        self.views = views
-        #: records come in event-time order and nothing is read before finish() (replay):
-        #: settling then waits for the end (Joiner, ``ordered``)
-        self.ordered = ordered
-        self.joiner = Joiner(
-            settings, self.scorer, self, remember_until_end, eager_values=views, ordered=ordered
-        )
+        self.joiner = Joiner(settings, self.scorer, self, remember_until_end)
         self.windows = WindowedSums(settings.windows, len(settings.metrics))
         self.counters = Counters()
         self.settled_totals: dict[tuple[str, ...], Sums] = {}
@@ -156,8 +146,6 @@ class Pipeline:
         else:
             self.joiner.event(record, before)  # type: ignore[arg-type]
         after = watermark.observe(record.ts)
-        if self.ordered:
-            return  # settling waits for finish()
         # nothing the record added can fall due at the watermark it was judged against (a due
         # query or orphan is rejected as late instead), so an unmoved watermark settles nothing
         if after != before:
@@ -173,7 +161,7 @@ class Pipeline:
 
     def _advance(self, watermark: float) -> None:
         self.joiner.advance(watermark)
-        if self.views and not math.isinf(watermark):
+        if not math.isinf(watermark):
             self.windows.advance(watermark - self.joiner.max_horizon)
 
     # --- JoinSink ------------------------------------------------------------------------------
@@ -192,8 +180,7 @@ class Pipeline:
         return sums
 
     def opened(self, query: OpenQuery) -> None:
-        if self.views:
-            self._sums(self.provisional, query.group).add(0, None)
+        self._sums(self.provisional, query.group).add(0, None)
 
     def restored_open(self, query: OpenQuery) -> None:
         """An open query read back from a checkpoint joins the provisional sums."""
@@ -206,11 +193,10 @@ class Pipeline:
 
     def settled(self, query: OpenQuery) -> None:
         self._sums(self.settled_totals, query.group).add(query.n_relevant, query.values)
-        if self.views:
-            provisional = self._sums(self.provisional, query.group)
-            provisional.add(query.n_relevant, query.values, -1)
-            provisional.reset_if_empty()
-            self.windows.add(query.ts, query.group, query.n_relevant, query.values)
+        provisional = self._sums(self.provisional, query.group)
+        provisional.add(query.n_relevant, query.values, -1)
+        provisional.reset_if_empty()
+        self.windows.add(query.ts, query.group, query.n_relevant, query.values)
 
     def unattributed(self, reason: str) -> None:
         self.counters.unattributed[reason] += 1

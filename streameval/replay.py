@@ -1,28 +1,42 @@
-"""``streameval replay``: JSONL logs -> the pipeline -> a report.
+"""``streameval replay``: JSONL logs -> the batch join -> a report.
 
-The inputs are merged in timestamp order (impressions before events at the same time, file
-order otherwise), run through the same :class:`~streameval.pipeline.Pipeline` as the daemon,
-and at the end everything settles. Blank lines are not records.
+The answer is the pipeline's on the inputs merged in timestamp order (impressions before events
+at the same time, file order otherwise), with everything settling at the end. The records are
+decoded by the daemon's decoders and scored by its scorer, but joined as one batch
+(:func:`join_in_batch`, which says why that is the same), because a record at a time through
+the pipeline costs several times more. Blank lines are not records.
 """
 
 from __future__ import annotations
 
 import functools
 import gc
+import math
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from streameval.config import Settings
 from streameval.errors import InputError
+from streameval.join import UNATTRIBUTED_REASONS
 from streameval.pipeline import Pipeline
-from streameval.records import Engagement, Impression, Rejection
+from streameval.records import (
+    Engagement,
+    Rejection,
+    decode_event,
+    decode_impression,
+    impression_fields,
+    object_or_none,
+)
 from streameval.scoring import Sums
+from streameval.scoring.query import compact
 
 PROGRESS_AFTER_S = 2.0
+#: a good impression as replay holds it: query_id, ts, items, group labels
+ImpressionFields = tuple[str, float, Sequence[str], tuple[str, ...]]
 
 
 class Progress:
@@ -49,74 +63,214 @@ class Progress:
         self.printed = True
 
 
-def _lines(path: str) -> Iterator[bytes]:
-    """The non-blank lines of a file, with their line ends (JSON allows the whitespace)."""
-    try:
-        with open(path, "rb") as handle:
-            for line in handle:
-                if not line.isspace():
-                    yield line
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, not a JSONL file") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
-
-
 def run_replay(
     settings: Settings,
     impressions: str,
     events: Sequence[str],
     progress: Progress | None = None,
+    keep: list[object] | None = None,
 ) -> Pipeline:
-    """Read, merge, process and settle; returns the finished pipeline."""
+    """Read and decode the files, join and score in one batch; returns the finished pipeline.
+
+    With ``keep``, the records are left in it instead of being freed on return, for a caller
+    that is about to exit (the command line: freeing millions of small objects one by one is
+    work the end of the process does at once).
+    """
     for path in (impressions, *events):
         if not Path(path).is_file():
             raise InputError(f"{path}: no such file" if not Path(path).exists() else f"{path}: not a file")
     progress = progress or Progress()
-    pipeline = Pipeline(settings, wall_clock=None, remember_until_end=True, views=False, ordered=True)
-    records: list[Impression | Engagement] = []
-    times: list[float] = []
-    read = 0
-    sources = [(impressions, settings.impressions_topic, True)]
-    sources += [(path, Path(path).stem, False) for path in events]
-    # Replay holds every record, then every query's state: the cyclic garbage collector would
-    # rescan that growing heap again and again (a third of the run) and find nothing, since
-    # none of it forms cycles. It is off for the run and back on afterwards.
+    pipeline = Pipeline(settings, remember_until_end=True)  # for its counters, scorer and totals
+    reader = _Reader(pipeline, progress)
+    # Replay holds every query until the end: the cyclic garbage collector would rescan that
+    # growing heap again and again (a third of the run) and find nothing, since none of it
+    # forms cycles. It is off for the run and back on afterwards.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        for path, topic, is_impression in sources:
-            decode: Callable[[bytes], Impression | Engagement | Rejection]
-            if is_impression:
-                decode = pipeline.decode_impression
-            else:
-                decode = functools.partial(pipeline.decode_event, topic=topic)
-            for raw in _lines(path):
-                record = decode(raw)
-                if type(record) is Rejection:
-                    pipeline.handle(topic, record)
-                else:
-                    pipeline.counters.consumed[topic] += 1
-                    records.append(record)  # type: ignore[arg-type]
-                    times.append(record.ts)  # type: ignore[union-attr]
-                read += 1
-                if not read & progress.mask:
-                    progress.update("read", read)
-        # stable sort: impressions first at equal times, file order otherwise
-        order = sorted(range(len(records)), key=times.__getitem__)
-        del times
-        process = pipeline.process
-        for done, i in enumerate(order, start=1):
-            process(records[i])
-            if not done & progress.mask:
-                progress.update("processed", done, len(order))
-        pipeline.finish()
+        join_in_batch(
+            pipeline,
+            reader.impressions(impressions),
+            (event for path in events for event in reader.events(path)),
+            keep,
+        )
     finally:
+        if keep is not None:
+            gc.freeze()  # what is kept is not garbage: the collector need never scan it again
         if gc_was_enabled:
             gc.enable()
     return pipeline
+
+
+class _Reader:
+    """Decodes the lines of the input files, counting each as consumed and each bad one as
+    rejected by its reason; yields the good records."""
+
+    def __init__(self, pipeline: Pipeline, progress: Progress) -> None:
+        self.settings = pipeline.settings
+        self.counters = pipeline.counters
+        self.progress = progress
+        self.read = 0
+
+    def impressions(self, path: str) -> Iterator[ImpressionFields]:
+        group_by = self.settings.group_by
+
+        def decode(raw: bytes) -> ImpressionFields | Rejection:
+            obj = object_or_none(raw)
+            fields = impression_fields(obj, group_by) if obj is not None else None
+            if fields is not None:
+                return fields  # the common case: no Impression built, its items not copied
+            record = decode_impression(raw, group_by)  # the reason, or an odd but good record
+            if type(record) is Rejection:
+                return record
+            return record.query_id, record.ts, record.items, record.group  # type: ignore[union-attr]
+
+        return self._records(path, self.settings.impressions_topic, decode)  # type: ignore[return-value]
+
+    def events(self, path: str) -> Iterator[Engagement]:
+        topic = Path(path).stem
+        decode = functools.partial(
+            decode_event, grades=self.settings.grades, default_type=self.settings.topic_types.get(topic)
+        )
+        return self._records(path, topic, decode)  # type: ignore[return-value]
+
+    def _records(
+        self, path: str, topic: str, decode: Callable[[bytes], ImpressionFields | Engagement | Rejection]
+    ) -> Iterator[ImpressionFields | Engagement]:
+        progress, mask, rejected = self.progress, self.progress.mask, self.counters.rejected
+        read = self.read
+        try:
+            with open(path, "rb") as handle:
+                for raw in handle:
+                    if raw.isspace():  # blank lines are not records (JSON allows the line end)
+                        continue
+                    read += 1
+                    if not read & mask:
+                        progress.update("read", read)
+                    record = decode(raw)
+                    if type(record) is Rejection:
+                        rejected[(topic, record.reason)] += 1
+                    else:
+                        yield record  # type: ignore[misc]
+        except OSError as exc:
+            raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
+        self.counters.consumed[topic] += read - self.read
+        self.read = read
+
+
+_NOT_SCORED = (0, None)  # a query with no attributed event: no relevant item
+
+
+def _entry_ts(entry: list[Any]) -> float:
+    return entry[0]
+
+
+def join_in_batch(
+    pipeline: Pipeline,
+    impressions: Iterable[ImpressionFields],
+    events: Iterable[Engagement],
+    keep: list[object] | None = None,
+) -> None:
+    """Settle every query of these records into ``pipeline`` as if its :meth:`~Pipeline.process`
+    had been fed their merge in timestamp order (impressions first at equal times, the given
+    order otherwise), remembering everything until the end, and then :meth:`~Pipeline.finish`:
+    the same counters, and the same settled totals up to floating-point rounding (each query is
+    scored once, from its best grades, where the daemon updates its values event by event).
+
+    Why a batch gives the same answer: with everything remembered until the end, nothing the
+    join decides depends on the watermark. Each rule of the join (README, Definitions) then
+    reads only times: an impression's duplicates lose to the first in that order, the earliest
+    copy; an event's duplicates likewise; a kept event counts for the kept impression of its
+    query when ``imp.ts <= ev.ts <= imp.ts + horizon`` (an event before its impression waits
+    as an orphan and is then judged ``before_impression`` -- the same verdict), is
+    ``unknown_query`` without one, and nothing is late. A query's values depend on the best
+    grade of each item only, whatever the order of its events. Two things do depend on order
+    and are done in it: settled queries are added to their group's sums (floating point), and
+    groups are admitted under the ``max_groups`` cap.
+
+    So no per-record pipeline step is needed: the records are deduplicated into dicts, the
+    events judged, and only queries with attributed events scored -- the others count as
+    queries with no relevant item. A dict keeps the position of a key's first insertion; an
+    impression that replaces an earlier copy is deleted and inserted again, so the dict of
+    impressions stays in the order its winners came in, and a stable sort by time gives the
+    merged order.
+    """
+    counters = pipeline.counters
+    # query_id -> [ts, group, shown list (compact), best grades of the items attributed to it:
+    # None, an (item, grade) pair or a dict]
+    kept: dict[str, list[Any]] = {}
+    duplicates = 0
+    # one tuple per group, held by all its queries
+    shared_labels: dict[tuple[str, ...], tuple[str, ...]] = {}
+    for query_id, ts, items, group in impressions:
+        group = shared_labels.setdefault(group, group)
+        entry = kept.get(query_id)
+        if entry is None:
+            kept[query_id] = [ts, group, compact(items), None]
+        else:
+            duplicates += 1
+            if ts < entry[0]:  # earlier in time: it comes first in the merge
+                del kept[query_id]
+                kept[query_id] = [ts, group, compact(items), None]
+    counters.duplicates["impressions"] += duplicates
+    seen: dict[tuple[str, ...] | str, Engagement] = {}
+    duplicates = 0
+    for ev in events:
+        key = ev.event_id if ev.event_id is not None else ev.dedup_key
+        first = seen.setdefault(key, ev)
+        if first is not ev:
+            duplicates += 1
+            if ev.ts < first.ts:  # copies of an event_id may differ: the earliest counts
+                seen[key] = ev
+    counters.duplicates["events"] += duplicates
+
+    settings = pipeline.settings
+    rules = {t: (grade, settings.horizon_for(t)) for t, grade in settings.grades.items()}
+    unknown = before = after = n_attributed = 0
+    for ev in seen.values():
+        entry = kept.get(ev.query_id)
+        if entry is None:
+            unknown += 1
+            continue
+        grade, horizon = rules[ev.type]
+        imp_ts = entry[0]
+        if ev.ts < imp_ts:
+            before += 1
+        elif ev.ts > imp_ts + horizon:
+            after += 1
+        else:
+            n_attributed += 1
+            best = entry[3]
+            if best is None:  # most queries have one engaged item: a pair, a dict for more
+                entry[3] = (ev.item, grade)
+            elif type(best) is tuple:
+                if best[0] != ev.item:
+                    entry[3] = {best[0]: best[1], ev.item: grade}
+                elif grade > best[1]:
+                    entry[3] = (ev.item, grade)
+            elif grade > best.get(ev.item, -math.inf):
+                best[ev.item] = grade
+    unattributed = counters.unattributed
+    for reason, count in zip(UNATTRIBUTED_REASONS[:3], (before, after, unknown), strict=True):
+        if count:
+            unattributed[reason] += count
+    counters.attributed += n_attributed
+
+    values_once, group_of = pipeline.scorer.values_once, pipeline.group_of
+    rows: dict[tuple[str, ...], list[tuple[int, tuple[float, ...] | None]]] = {}
+    for _ts, labels, items, best in sorted(kept.values(), key=_entry_ts):
+        group_rows = rows.get(group := group_of(labels))
+        if group_rows is None:
+            group_rows = rows[group] = []
+        if best is None:
+            group_rows.append(_NOT_SCORED)
+        else:
+            group_rows.append(values_once(items, (best,) if type(best) is tuple else best.items()))
+    n_metrics = len(pipeline.metrics)
+    for group, group_rows in rows.items():
+        pipeline.settled_totals.setdefault(group, Sums(n_metrics)).add_rows(group_rows)
+    if keep is not None:
+        keep += (kept, seen)
 
 
 def _block(sums: Sums, pipeline: Pipeline) -> dict[str, Any]:

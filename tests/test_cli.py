@@ -97,7 +97,7 @@ def test_progress_on_long_inputs(tmp_path) -> None:
     imps, evs = random_log(random.Random(2), n_queries=300).write(tmp_path)
     stream = StringIO()
     run_replay(load_settings(None, {}, {}), str(imps), [str(evs)], Progress(stream, every=0.0))
-    assert "streameval replay: processed" in stream.getvalue()
+    assert "streameval replay: read" in stream.getvalue()
 
 
 @pytest.mark.parametrize("command", ["demo", "replay", "run", "simulate"])

@@ -73,23 +73,42 @@ def test_daemon_memory_bounds_give_the_batch_metrics(seed) -> None:
     assert not bounded.joiner.open and not bounded.joiner.orphans
 
 
-@given(st.integers(0, 10**6), st.sampled_from(["0s", "10s", "5m"]))
-def test_replay_mode_settling_at_the_end_changes_nothing(seed, lateness) -> None:
-    # replay's pipeline (ordered: no settle heap, settling waits for the end; no views; values
-    # computed once) against the daemon's joiner remembering until the end, on time-ordered input
-    settings = load_settings(None, {}, {"allowed_lateness": lateness, "horizons": {"purchase": "2h"}})
+@given(
+    st.integers(0, 10**6),
+    st.sampled_from(["0s", "10s", "5m"]),
+    st.sampled_from(["1", "3", "50"]),
+    st.booleans(),
+)
+def test_replay_batch_join_is_the_pipeline_on_time_ordered_input(seed, lateness, max_groups, ties) -> None:
+    # replay's batch join (files in any order within themselves) against the daemon's pipeline
+    # remembering until the end, fed the stable time-ordered merge (impressions first)
+    from streameval.replay import join_in_batch
+
+    settings = load_settings(
+        None,
+        {},
+        {"allowed_lateness": lateness, "horizons": {"purchase": "2h"}, "max_groups": max_groups},
+    )
     rng = random.Random(seed)
-    records = sorted(records_of(random_log(rng, n_queries=40, span=4 * 3600)), key=lambda r: r.ts)
-    daemon = run(records, settings, remember=True)
-    replay = Pipeline(settings, remember_until_end=True, views=False, ordered=True)
-    for r in records:
-        replay.process(r)
-    replay.finish()
-    assert settled_parts(replay) == settled_parts(daemon)
-    assert [s.sums for s in replay.settled_totals.values()] == [
-        s.sums for s in daemon.settled_totals.values()
-    ]
+    records = records_of(random_log(rng, n_queries=40, span=4 * 3600), drop_duplicate_impressions=False)
+    if ties:  # many records at one time: the order of the files decides
+        for r in records:
+            r.ts = float(int(r.ts) // 600 * 600)
+    imps = [r for r in records if type(r) is Impression]
+    evs = [r for r in records if type(r) is Engagement]
+    # copies of an event id with other content, earlier or later than the first
+    for ev in [e for e in evs if e.event_id is not None][:4]:
+        item, ts = rng.choice(["i1", "i2", "nowhere"]), ev.ts + rng.choice([-60.0, 0.0, 60.0])
+        evs.append(Engagement(ev.query_id, item, "purchase", ts, ev.event_id))
+    rng.shuffle(imps)
+    rng.shuffle(evs)
+
+    daemon = run(sorted(imps + evs, key=lambda r: r.ts), settings, remember=True)
+    replay = Pipeline(settings)
+    join_in_batch(replay, [(i.query_id, i.ts, i.items, i.group) for i in imps], evs)
     assert replay.counters == daemon.counters
+    assert settled_parts(replay) == settled_parts(daemon)
+    assert list(replay.group_cap.known) == list(daemon.group_cap.known)  # admitted in one order
 
 
 def settings_(**overrides):

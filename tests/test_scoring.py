@@ -63,6 +63,41 @@ def test_incremental_equals_from_scratch(params, items, events) -> None:
             assert incremental == pytest.approx(scratch, abs=1e-12)
 
 
+@given(params_st, items_st, events_st, st.booleans())
+def test_values_once_are_the_from_scratch_values_to_the_bit(params, items, events, compact) -> None:
+    # replay scores each query once, from its best grades, with the shown list as the daemon
+    # holds it (compact) or as a list; a signature's values come from a table the second time
+    from streameval.scoring.query import compact as compact_items
+
+    scorer = Scorer(params)
+    _, grades = apply(scorer, items, events)
+    held = compact_items(items) if compact else items
+    for _ in range(2):
+        n_relevant, values = scorer.values_once(held, grades.items())
+        assert values == scorer.values_from_scratch(items, grades)
+        assert n_relevant == len(scorer.relevant_set(items, grades))
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.lists(st.floats(0, 1), min_size=3, max_size=3))))
+def test_sums_add_rows_is_add_in_turn(rows) -> None:
+    from streameval.scoring import Sums
+
+    rows = [(n, tuple(v) if n else None) for n, v in rows]
+    one, many = Sums(3), Sums(3)
+    one.add(2, (0.5, 0.25, 1.0))
+    many.add(2, (0.5, 0.25, 1.0))
+    for n, values in rows:
+        one.add(n, values)
+    many.add_rows(rows)
+    assert (many.queries, many.with_relevant, many.relevant_items) == (
+        one.queries,
+        one.with_relevant,
+        one.relevant_items,
+    )
+    assert many.sums == pytest.approx(one.sums, rel=1e-12)
+    assert many.squares == pytest.approx(one.squares, rel=1e-12)
+
+
 @given(params_st, items_st, events_st)
 def test_from_scratch_equals_independent_oracle(params, items, events) -> None:
     scorer = Scorer(params)

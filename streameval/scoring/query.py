@@ -14,7 +14,7 @@ and IDCG as well.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +54,7 @@ class QueryScore:
     def __init__(
         self, items: Sequence[str | None], ap_zero: Sequence[float], dcg_zero: Sequence[float]
     ) -> None:
-        self.items: str | Sequence[str | None] = _compact(items)
+        self.items: str | Sequence[str | None] = compact(items)
         self.grade: dict[str, float] = _NO_GRADES  # replaced by the first event
         self.hits: Sequence[int] = ()
         self.ideal: Sequence[float] = ()
@@ -63,18 +63,7 @@ class QueryScore:
 
     def rank(self, item: str) -> int | None:
         """The first rank of ``item`` in the shown list (1-based), None when it was not shown."""
-        items = self.items
-        if type(items) is str:
-            if SEP in item:  # no shown item has one (else the list is not held as a string)
-                return None
-            # SEP item SEP is found exactly where the item starts; the separators before it
-            # count the items before it
-            at = items.find(SEP + item + SEP)
-            return None if at < 0 else items.count(SEP, 0, at) + 1
-        try:
-            return items.index(item) + 1
-        except ValueError:
-            return None
+        return rank_in(self.items, item)
 
     def shown(self) -> Sequence[str | None]:
         """The shown list (None where a list from to_dict/from_dict had a repeated item)."""
@@ -112,7 +101,23 @@ class QueryScore:
         return state
 
 
-def _compact(items: Sequence[str | None]) -> str | Sequence[str | None]:
+def rank_in(items: str | Sequence[str | None], item: str) -> int | None:
+    """The first rank of ``item`` (1-based) in a shown list held as :func:`compact` made it,
+    None when it is not in it."""
+    if type(items) is str:
+        if SEP in item:  # no shown item has one (else the list is not held as a string)
+            return None
+        # SEP item SEP is found exactly where the item starts; the separators before it
+        # count the items before it
+        at = items.find(SEP + item + SEP)
+        return None if at < 0 else items.count(SEP, 0, at) + 1
+    try:
+        return items.index(item) + 1
+    except ValueError:
+        return None
+
+
+def compact(items: Sequence[str | None]) -> str | Sequence[str | None]:
     """The shown list as SEP item SEP item ... SEP when that is unambiguous, else as it is."""
     try:
         joined = SEP.join(items)  # type: ignore[arg-type]
@@ -124,6 +129,10 @@ def _compact(items: Sequence[str | None]) -> str | Sequence[str | None]:
 
 
 _NO_GRADES: dict[str, float] = {}  # shared and never written: add_grade replaces it first
+_ONCE_TABLE_SIZE = 65536  # signatures remembered by Scorer.values_once
+#: what a query's values depend on: (rank, grade) of each shown relevant item, and the grades of
+#: the relevant items not shown (when they count)
+_Signature = tuple[tuple[tuple[int, float], ...], tuple[float, ...]]
 
 
 class Scorer:
@@ -145,6 +154,7 @@ class Scorer:
             )
             for m in params.metrics
         ]
+        self._once: dict[_Signature, tuple[int, tuple[float, ...]]] = {}
         # what every new query starts from (tuples: shared, and copied before a change)
         self._ap_zero = (0.0,) * len(self.ap_ks)
         self._dcg_zero = (0.0,) * len(self.dcg_ks)
@@ -232,6 +242,83 @@ class Scorer:
                 value = 1.0 / hits[0] if hits_k else 0.0
             out.append(value)
         return tuple(out)
+
+    def values_once(
+        self, items: str | Sequence[str | None], grades: Iterable[tuple[str, float]]
+    ) -> tuple[int, tuple[float, ...] | None]:
+        """|G| and every configured metric of a query with these best grades (item, grade pairs,
+        one per item), computed in one go
+        (``replay``'s batch, where a query is scored only once): the values of
+        :meth:`values_from_scratch` -- the same floating-point operations in the same order --
+        from the hit ranks, found once for all metrics."""
+        p = self.params
+        min_grade, unshown_count = p.min_grade, p.unshown_items == "count"
+        hits: list[tuple[int, float]] = []  # (rank, grade) of the shown relevant items
+        unshown: list[float] = []  # the grades of relevant items not shown, when they count
+        for item, grade in grades:
+            if grade < min_grade:
+                continue
+            rank = rank_in(items, item)
+            if rank is not None:
+                hits.append((rank, grade))
+            elif unshown_count:
+                unshown.append(grade)
+        if not hits and not unshown:
+            return 0, None
+        hits.sort()
+        unshown.sort()
+        # The values depend on nothing else, and few such signatures recur (one click at rank 3
+        # is one signature): a table of them spares most queries the metric loops. Bounded.
+        signature = (tuple(hits), tuple(unshown))
+        known = self._once.get(signature)
+        if known is None:
+            if len(self._once) >= _ONCE_TABLE_SIZE:
+                self._once.clear()
+            known = self._once[signature] = self._values_of(hits, unshown)
+        return known
+
+    def _values_of(
+        self, hits: list[tuple[int, float]], unshown: list[float]
+    ) -> tuple[int, tuple[float, ...]]:
+        p = self.params
+        relevant = [grade for _rank, grade in hits] + unshown
+        n_rel = len(relevant)
+        out = []
+        for kind, k, _ in self._plan:
+            hits_k = 0
+            if kind == _AP or kind == _WAP:
+                total = 0.0
+                for rank, _grade in hits:
+                    if rank > k:
+                        break
+                    hits_k += 1
+                    total += hits_k / rank
+                d = ap.denominator(p.ap_denominator, n_rel, k, hits_k)
+                value = total / d if d else 0.0
+                if kind == _WAP:
+                    value *= n_rel
+            elif kind == _NDCG:
+                dcg = 0.0
+                for rank, grade in hits:
+                    if rank > k:
+                        break
+                    dcg += ndcg.gain(grade, p.ndcg_gain) * ndcg.discount(rank)
+                relevant.sort()
+                idcg = ndcg.ideal_dcg(relevant, k, p.ndcg_gain)
+                value = dcg / idcg if idcg > 0 else 0.0
+            else:
+                for rank, _grade in hits:
+                    if rank > k:
+                        break
+                    hits_k += 1
+                if kind == _RECALL:
+                    value = hits_k / n_rel
+                elif kind == _PRECISION:
+                    value = hits_k / k
+                else:  # mrr
+                    value = 1.0 / hits[0][0] if hits_k else 0.0
+            out.append(value)
+        return n_rel, tuple(out)
 
     # --- the from-scratch reference, for tests and self-checks ---------------------------------
 

@@ -12,6 +12,7 @@ The mean is None when its denominator is 0 ("no query counts").
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,6 +41,17 @@ class Sums:
         for i, value in enumerate(values):
             self.sums[i] += sign * value
             self.squares[i] += sign * value * value
+
+    def add_rows(self, rows: Sequence[tuple[int, Sequence[float] | None]]) -> None:
+        """Add queries' (n_relevant, values), as :meth:`add` does each in turn, but a column at a
+        time (``replay``, which adds every query at the end)."""
+        scored = [row for row in rows if row[1] is not None]
+        self.queries += len(rows)
+        self.with_relevant += len(scored)
+        self.relevant_items += sum([n for n, _ in scored])
+        for i, column in enumerate(zip(*[values for _, values in scored], strict=True)):
+            self.sums[i] = sum(column, self.sums[i])
+            self.squares[i] = sum(map(operator.mul, column, column), self.squares[i])
 
     def merge(self, other: Sums) -> None:
         """Add every part of ``other``."""
