@@ -9,6 +9,10 @@
 #
 # Environment: KAFKA_PORT (9092), KAFKA_CONTROLLER_PORT (KAFKA_PORT+1), KAFKA_VERSION (4.3.1),
 # KAFKA_HOME (~/.cache/streameval/kafka: jars, Maven repository, data and logs live there).
+# KAFKA_SASL=1 starts a broker whose listener asks for SASL/PLAIN logins and whose authorizer
+# denies whatever no ACL allows, to try a client with limited rights: users `admin` (a super
+# user, password `admin-secret`) and `limited` (password `limited-secret`, no rights until an
+# ACL grants some). Not for production: the passwords are in this file.
 # Running start twice is harmless: the second call reports the running broker.
 set -euo pipefail
 
@@ -50,15 +54,17 @@ resolve_jars() {
 }
 
 write_config() {
+  local listener=PLAINTEXT
+  [[ ${KAFKA_SASL:-0} == 1 ]] && listener=SASL_PLAINTEXT
   cat >"$run/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$cport
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listeners=$listener://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=$listener://127.0.0.1:$port
+listener.security.protocol.map=$listener:$listener,CONTROLLER:PLAINTEXT
 controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
+inter.broker.listener.name=$listener
 log.dirs=$run/data
 num.partitions=1
 default.replication.factor=1
@@ -77,6 +83,17 @@ num.recovery.threads.per.data.dir=1
 background.threads=2
 auto.create.topics.enable=false
 PROPS
+  if [[ $listener == SASL_PLAINTEXT ]]; then
+    # the controller listener stays PLAINTEXT on 127.0.0.1: its principal is ANONYMOUS
+    cat >>"$run/server.properties" <<PROPS
+sasl.enabled.mechanisms=PLAIN
+sasl.mechanism.inter.broker.protocol=PLAIN
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" user_admin="admin-secret" user_limited="limited-secret";
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:admin;User:ANONYMOUS
+allow.everyone.if.no.acl.found=false
+PROPS
+  fi
 }
 
 java_cmd() {

@@ -19,7 +19,7 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 from streameval import state
 from streameval.config import Settings
 from streameval.errors import InputError
-from streameval.kafka.clients import restore_consumer_config
+from streameval.kafka.clients import failure, restore_consumer_config
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +58,9 @@ def ensure_changelog(
             existing = consumer.partitions_for_topic(topic)
         except KafkaError as exc:
             raise InputError(
-                f"changelog topic {topic} is missing and could not be created ({type(exc).__name__}: "
-                f"{exc}); create it (cleanup.policy=compact, {partitions} partitions) or grant this "
-                "client the right to create topics"
+                f"changelog topic {topic} is missing and could not be created: {failure(exc)}; create "
+                f"it (cleanup.policy=compact, {partitions} partitions) or grant this client the right "
+                "to create topics"
             ) from None
     if existing and len(existing) != partitions:
         raise InputError(

@@ -13,7 +13,13 @@ from typing import Any
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.coordinator.assignors.range import RangePartitionAssignor
-from kafka.errors import KafkaConfigurationError, KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
+from kafka.errors import (
+    AuthorizationError,
+    KafkaConfigurationError,
+    KafkaError,
+    KafkaTimeoutError,
+    TopicAlreadyExistsError,
+)
 
 from streameval.config import Settings
 from streameval.errors import ConfigError, InputError
@@ -201,11 +207,25 @@ def max_message_bytes(admin: KafkaAdminClient, settings: Settings, topic: str) -
 
 
 def ensure_topic(admin: KafkaAdminClient, topic: str, partitions: int) -> None:
-    """Create a topic (replication 1 is not forced: the broker default applies) if it is missing."""
+    """Create a topic (replication 1 is not forced: the broker default applies) if it is missing.
+
+    Only if it is missing: a broker with an authorizer refuses a create request from a client
+    without the right to create topics even when the topic exists."""
     try:
+        if topic in admin.list_topics():
+            return
         admin.create_topics([NewTopic(topic, num_partitions=partitions)], wait_for_metadata=True)
         log.info("created topic %s with %d partition(s)", topic, partitions)
     except TopicAlreadyExistsError:
         pass
     except KafkaError as exc:
-        raise InputError(f"topic {topic} is missing and could not be created: {exc}") from None
+        raise InputError(f"topic {topic} is missing and could not be created: {failure(exc)}") from None
+
+
+def failure(exc: KafkaError) -> str:
+    """A broker's refusal in a line: a missing right said plainly, else the error (kafka-python's
+    text of a failed request repeats the whole request and response, so it is cut)."""
+    if isinstance(exc, AuthorizationError):
+        return f"this client is not authorized to do that ({type(exc).__name__})"
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 300 else text[:300] + " ..."
