@@ -172,11 +172,14 @@ def figures_3_4(scale: float, log: Any) -> tuple[dict[str, Any], dict[str, Any]]
     def cost(**flags: Any) -> float:
         return state_cost(log, measure=measure, **flags)["us_per_record"]
 
-    say("figure 3: cost per record with 1k open queries (steady state)")
-    small = cost(open=1000)
-    say(f"figure 3: with {big:,} open queries (warming up two horizons of traffic)")
-    large = cost(open=big)
-    small = min(small, cost(open=1000))  # the baseline again, after: the faster of the two
+    # each twice, interleaved, and the faster run of each: runs of one case differ by ~10% on
+    # this machine, and the same statistic on both sides keeps the ratio fair
+    small = large = float("inf")
+    for attempt in (1, 2):
+        say(f"figure 3: run {attempt}: cost per record with 1k open queries (steady state)")
+        small = min(small, cost(open=1000))
+        say(f"figure 3: run {attempt}: with {big:,} open queries (warming up two horizons of traffic)")
+        large = min(large, cost(open=big))
     say("figure 3: k = 10 vs 100 (100-item lists), 1 vs 3 vs 6 windows")
     k10 = cost(open=1000, k=10, list_len=100)
     k100 = cost(open=1000, k=100, list_len=100)
