@@ -21,7 +21,6 @@ from typing import Any, TextIO
 
 from streameval.config import Settings
 from streameval.errors import InputError
-from streameval.join import UNATTRIBUTED_REASONS
 from streameval.pipeline import Pipeline
 from streameval.records import (
     Engagement,
@@ -80,7 +79,7 @@ def run_replay(
         if not Path(path).is_file():
             raise InputError(f"{path}: no such file" if not Path(path).exists() else f"{path}: not a file")
     progress = progress or Progress()
-    pipeline = Pipeline(settings, remember_until_end=True)  # for its counters, scorer and totals
+    pipeline = Pipeline(settings)  # not fed: it holds the counters, the scorer and the totals
     reader = _Reader(pipeline, progress)
     # Replay holds every query until the end: the cyclic garbage collector would rescan that
     # growing heap again and again (a third of the run) and find nothing, since none of it
@@ -250,10 +249,10 @@ def join_in_batch(
                     entry[3] = (ev.item, grade)
             elif grade > best.get(ev.item, -math.inf):
                 best[ev.item] = grade
-    unattributed = counters.unattributed
-    for reason, count in zip(UNATTRIBUTED_REASONS[:3], (before, after, unknown), strict=True):
+    verdicts = {"before_impression": before, "after_horizon": after, "unknown_query": unknown}
+    for reason, count in verdicts.items():
         if count:
-            unattributed[reason] += count
+            counters.unattributed[reason] += count
     counters.attributed += n_attributed
 
     values_once, group_of = pipeline.scorer.values_once, pipeline.group_of

@@ -88,6 +88,25 @@ def test_env_config_error_names_the_variable() -> None:
     assert out.returncode == 2 and "STREAMEVAL_WINDOWS" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_a_reader_that_goes_away_ends_replay_with_141_and_no_traceback() -> None:
+    import os
+
+    read, write = os.pipe()
+    os.close(read)  # like `| head` having exited: every write to stdout fails
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "streameval", "replay", *EXAMPLE],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            timeout=120,
+        )
+    finally:
+        os.close(write)
+    assert out.returncode == 141 and "Traceback" not in out.stderr, out.stderr
+
+
 def test_progress_on_long_inputs(tmp_path) -> None:
     from io import StringIO
 

@@ -247,10 +247,9 @@ class Scorer:
         self, items: str | Sequence[str | None], grades: Iterable[tuple[str, float]]
     ) -> tuple[int, tuple[float, ...] | None]:
         """|G| and every configured metric of a query with these best grades (item, grade pairs,
-        one per item), computed in one go
-        (``replay``'s batch, where a query is scored only once): the values of
-        :meth:`values_from_scratch` -- the same floating-point operations in the same order --
-        from the hit ranks, found once for all metrics."""
+        one per item), computed in one go (``replay``'s batch, where a query is scored only
+        once): the values of :meth:`values_from_scratch` -- the same floating-point operations
+        in the same order -- from the hit ranks, found once for all metrics."""
         p = self.params
         min_grade, unshown_count = p.min_grade, p.unshown_items == "count"
         hits: list[tuple[int, float]] = []  # (rank, grade) of the shown relevant items
