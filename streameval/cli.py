@@ -203,8 +203,9 @@ def _parser() -> argparse.ArgumentParser:
     replay = commands.add_parser(
         "replay",
         help="evaluate JSONL logs in one pass and print the final metrics",
-        description="Merge JSONL logs in timestamp order, run the same pipeline as the daemon, settle "
-        "every query at the end, and print the metrics pooled and per group (README, streameval replay).",
+        description="Evaluate JSONL logs as the daemon would on them merged in timestamp order, with "
+        "every query settled at the end (the same definitions, joined in one batch), and print the "
+        "metrics pooled and per group (README, streameval replay).",
     )
     _add_common(replay)
     groups = _groups(replay)

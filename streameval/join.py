@@ -19,9 +19,10 @@ Rules (README, section Definitions, The join):
   duplicate of a query the daemon no longer remembers.
 
 The daemon remembers tombstones and dedup keys for a bounded time: max(max horizon, 10 min)
-plus ``orphan_ttl`` of event time past the event or the settling. ``replay`` passes
-``remember_until_end=True``: it keeps them, and holds orphans, until the input ends, so its
-answer is the batch definition of the README (Definitions) however far apart related records are.
+plus ``orphan_ttl`` of event time past the event or the settling. With
+``remember_until_end=True`` it keeps them, and holds orphans, until the input ends, so its
+answer is the batch definition of the README (Definitions) however far apart related records
+are: the answer ``replay`` computes in one batch (``replay.join_in_batch``, tested against this).
 """
 
 from __future__ import annotations

@@ -61,6 +61,13 @@ class Progress:
         self.stream.flush()
         self.printed = True
 
+    def stage(self, what: str) -> None:
+        """Say what a long run does next (a run shorter than the interval says nothing)."""
+        if time.monotonic() - self.start >= self.every:
+            self.stream.write(f"streameval replay: {what}\n")
+            self.stream.flush()
+            self.printed = True
+
 
 def run_replay(
     settings: Settings,
@@ -92,6 +99,7 @@ def run_replay(
             reader.impressions(impressions),
             (event for path in events for event in reader.events(path)),
             keep,
+            progress,
         )
     finally:
         if keep is not None:
@@ -169,6 +177,7 @@ def join_in_batch(
     impressions: Iterable[ImpressionFields],
     events: Iterable[Engagement],
     keep: list[object] | None = None,
+    progress: Progress | None = None,
 ) -> None:
     """Settle every query of these records into ``pipeline`` as if its :meth:`~Pipeline.process`
     had been fed their merge in timestamp order (impressions first at equal times, the given
@@ -223,6 +232,8 @@ def join_in_batch(
                 seen[key] = ev
     counters.duplicates["events"] += duplicates
 
+    if progress is not None:
+        progress.stage(f"judging {len(seen):,} events against {len(kept):,} queries")
     settings = pipeline.settings
     rules = {t: (grade, settings.horizon_for(t)) for t, grade in settings.grades.items()}
     unknown = before = after = n_attributed = 0
@@ -255,6 +266,8 @@ def join_in_batch(
             counters.unattributed[reason] += count
     counters.attributed += n_attributed
 
+    if progress is not None:
+        progress.stage(f"scoring {len(kept):,} queries")
     values_once, group_of = pipeline.scorer.values_once, pipeline.group_of
     rows: dict[tuple[str, ...], list[tuple[int, tuple[float, ...] | None]]] = {}
     for _ts, labels, items, best in sorted(kept.values(), key=_entry_ts):

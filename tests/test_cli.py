@@ -117,6 +117,8 @@ def test_progress_on_long_inputs(tmp_path) -> None:
     stream = StringIO()
     run_replay(load_settings(None, {}, {}), str(imps), [str(evs)], Progress(stream, every=0.0))
     assert "streameval replay: read" in stream.getvalue()
+    assert "streameval replay: judging" in stream.getvalue()
+    assert "streameval replay: scoring" in stream.getvalue()
 
 
 @pytest.mark.parametrize("command", ["demo", "replay", "run", "simulate"])
