@@ -302,6 +302,7 @@ class ConsumerLoop:
                 time.sleep(POLL_TIMEOUT_MS / 1000)
         else:
             batches = self.consumer.poll(timeout_ms=POLL_TIMEOUT_MS)
+        keep_join_awaited(self.consumer)
         self._refresh_ends()
         if self.rebalanced:
             return 0  # every partition starts again from its checkpoint: these are read again
@@ -567,3 +568,47 @@ def _release_parked_fetches(consumer: KafkaConsumer) -> None:
     current = getattr(fetcher, "_next_partition_records", None)
     if current is not None and not current:
         fetcher._next_partition_records = None
+
+
+class _AwaitedJoin:
+    """A group join that a poll gave up waiting for, shown to the next poll as still running, so
+    that the next poll awaits it (and takes its result) whether or not it has finished since."""
+
+    __slots__ = ("task",)
+    is_done = False  # what kafka-python's join loop reads to decide to send a new JoinGroup
+
+    def __init__(self, task: Any) -> None:
+        self.task = task
+
+    def add_callback(self, f: Any, *args: Any, **kwargs: Any) -> _AwaitedJoin:
+        self.task.add_callback(f, *args, **kwargs)
+        return self
+
+    def add_errback(self, f: Any, *args: Any, **kwargs: Any) -> _AwaitedJoin:
+        self.task.add_errback(f, *args, **kwargs)
+        return self
+
+    def __await__(self) -> Any:
+        return self.task.__await__()
+
+
+def keep_join_awaited(consumer: KafkaConsumer) -> None:
+    """Work around a kafka-python 3.0.12 rebalance that never ends (README, Guarantees).
+
+    A poll waits for the group join (JoinGroup, then SyncGroup) at most its own timeout and leaves
+    the join running on the client's network thread for the next poll to await. But when the
+    join has finished by then, the next poll sees a finished task and sends a new JoinGroup
+    instead of taking its result: the assignment is dropped and the member stays "rejoining".
+    A new JoinGroup from the group's leader starts a new rebalance, the other members rejoin
+    (learning it at their next heartbeat, seconds later), the leader's 200 ms poll gives up
+    again, and so on forever: the leader never takes its assignment, and the others' commits
+    fail with RebalanceInProgress. Reproduced with two bare consumers (a leader made to rejoin
+    first rebalanced the group every 3 s for as long as it was watched; with this, it rejoined
+    once). Wrapping the running join after each poll makes the next poll await it, finished or
+    not. Guarded so that a client without these attributes is left alone.
+    """
+    coordinator = getattr(consumer, "_coordinator", None)
+    task = getattr(coordinator, "_join_task", None)
+    if task is None or isinstance(task, _AwaitedJoin) or not hasattr(task, "add_errback"):
+        return
+    coordinator._join_task = _AwaitedJoin(task)  # type: ignore[union-attr]
