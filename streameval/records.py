@@ -15,7 +15,7 @@ Decoding never raises on bad input. Rejection reasons (the ``reason`` label of
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -134,7 +134,7 @@ def _item_id(value: Any, name: str) -> str:
     raise _Bad("wrong_type", f"{name} is {type(value).__name__}, not a string or integer")
 
 
-def object_or_none(raw: bytes | str) -> dict[str, Any] | None:
+def _object_or_none(raw: bytes | str) -> dict[str, Any] | None:
     """The JSON object in ``raw``, or None for anything else (the fast paths' first step)."""
     try:
         obj = orjson.loads(raw)
@@ -143,45 +143,50 @@ def object_or_none(raw: bytes | str) -> dict[str, Any] | None:
     return obj if type(obj) is dict else None
 
 
+#: a good impression as query_id, ts, items and group labels
+ImpressionFields = tuple[str, float, Sequence[str], tuple[str, ...]]
+
+
 def decode_impression(raw: bytes | str, group_by: Collection[str]) -> Impression | Rejection:
     """Decode one impression record. Group fields that are absent or null become ``unknown``."""
-    obj = object_or_none(raw)
+    fields = decode_impression_fields(raw, group_by)
+    if type(fields) is Rejection:
+        return fields
+    query_id, ts, items, group = fields  # type: ignore[misc]
+    return Impression(query_id, ts, tuple(items), group)
+
+
+def decode_impression_fields(raw: bytes | str, group_by: Collection[str]) -> ImpressionFields | Rejection:
+    """What :func:`decode_impression` decides, as query_id, ts, items and group, without building
+    an :class:`Impression` (``replay`` keeps only these)."""
+    # Fast path for the common, well-formed record: exact type checks, no exceptions. Anything
+    # it does not accept goes through the checked path, which finds the reason (or accepts an
+    # integer item id, a null group field).
+    obj = _object_or_none(raw)
     if obj is not None:
-        fields = impression_fields(obj, group_by)
-        if fields is not None:
-            query_id, ts, items, group = fields
-            return Impression(query_id, ts, tuple(items), group)
-    return _decode_impression_checked(raw, group_by)
-
-
-def impression_fields(
-    obj: dict[str, Any], group_by: Collection[str]
-) -> tuple[str, float, list[str], tuple[str, ...]] | None:
-    """query_id, ts, items and group of a decoded object that is a well-formed impression in the
-    common form, else None: then :func:`decode_impression` finds the reason, or accepts it (an
-    integer item id, a null group field).
-
-    The fast path of decoding: exact type checks, no exceptions raised."""
-    query_id = obj.get("query_id")
-    ts = obj.get("ts")
-    items = obj.get("items")
-    if (
-        type(query_id) is str
-        and (type(ts) is float or type(ts) is int)
-        and _FINITE_LOW < ts < _FINITE_HIGH
-        and type(items) is list
-        and items
-    ):
-        group = tuple([obj.get(name) for name in group_by])
-        try:
-            # str.join accepts only strings: a one-call type check of every item and label
-            "".join(items)
-            if None not in group:
-                "".join(group)  # type: ignore[arg-type]
-                return query_id, float(ts), items, group  # type: ignore[return-value]
-        except TypeError:
-            pass
-    return None
+        query_id = obj.get("query_id")
+        ts = obj.get("ts")
+        items = obj.get("items")
+        if (
+            type(query_id) is str
+            and (type(ts) is float or type(ts) is int)
+            and _FINITE_LOW < ts < _FINITE_HIGH
+            and type(items) is list
+            and items
+        ):
+            group = tuple([obj.get(name) for name in group_by])
+            try:
+                # str.join accepts only strings: a one-call type check of every item and label
+                "".join(items)
+                if None not in group:
+                    "".join(group)  # type: ignore[arg-type]
+                    return query_id, float(ts), items, group  # type: ignore[return-value]
+            except TypeError:
+                pass
+    record = _decode_impression_checked(raw, group_by)
+    if type(record) is Rejection:
+        return record
+    return record.query_id, record.ts, record.items, record.group  # type: ignore[union-attr]
 
 
 def _decode_impression_checked(raw: bytes | str, group_by: Collection[str]) -> Impression | Rejection:
@@ -212,7 +217,7 @@ def decode_event(
 ) -> Engagement | Rejection:
     """Decode one engagement event; ``default_type`` is the type its topic maps to, if any."""
     # fast path, as in decode_impression
-    obj = object_or_none(raw)
+    obj = _object_or_none(raw)
     if obj is not None:
         query_id = obj.get("query_id")
         item = obj.get("item")

@@ -24,18 +24,15 @@ from streameval.errors import InputError
 from streameval.pipeline import Pipeline
 from streameval.records import (
     Engagement,
+    ImpressionFields,
     Rejection,
     decode_event,
-    decode_impression,
-    impression_fields,
-    object_or_none,
+    decode_impression_fields,
 )
 from streameval.scoring import Sums
 from streameval.scoring.query import compact
 
 PROGRESS_AFTER_S = 2.0
-#: a good impression as replay holds it: query_id, ts, items, group labels
-ImpressionFields = tuple[str, float, Sequence[str], tuple[str, ...]]
 
 
 class Progress:
@@ -120,18 +117,7 @@ class _Reader:
         self.read = 0
 
     def impressions(self, path: str) -> Iterator[ImpressionFields]:
-        group_by = self.settings.group_by
-
-        def decode(raw: bytes) -> ImpressionFields | Rejection:
-            obj = object_or_none(raw)
-            fields = impression_fields(obj, group_by) if obj is not None else None
-            if fields is not None:
-                return fields  # the common case: no Impression built, its items not copied
-            record = decode_impression(raw, group_by)  # the reason, or an odd but good record
-            if type(record) is Rejection:
-                return record
-            return record.query_id, record.ts, record.items, record.group  # type: ignore[union-attr]
-
+        decode = functools.partial(decode_impression_fields, group_by=self.settings.group_by)
         return self._records(path, self.settings.impressions_topic, decode)  # type: ignore[return-value]
 
     def events(self, path: str) -> Iterator[Engagement]:
@@ -251,13 +237,8 @@ def join_in_batch(
         else:
             n_attributed += 1
             best = entry[3]
-            if best is None:  # most queries have one engaged item: a pair, a dict for more
-                entry[3] = (ev.item, grade)
-            elif type(best) is tuple:
-                if best[0] != ev.item:
-                    entry[3] = {best[0]: best[1], ev.item: grade}
-                elif grade > best[1]:
-                    entry[3] = (ev.item, grade)
+            if best is None:
+                entry[3] = {ev.item: grade}
             elif grade > best.get(ev.item, -math.inf):
                 best[ev.item] = grade
     verdicts = {"before_impression": before, "after_horizon": after, "unknown_query": unknown}
@@ -277,7 +258,7 @@ def join_in_batch(
         if best is None:
             group_rows.append(_NOT_SCORED)
         else:
-            group_rows.append(values_once(items, (best,) if type(best) is tuple else best.items()))
+            group_rows.append(values_once(items, best.items()))
     n_metrics = len(pipeline.metrics)
     for group, group_rows in rows.items():
         pipeline.settled_totals.setdefault(group, Sums(n_metrics)).add_rows(group_rows)

@@ -217,23 +217,32 @@ class Scorer:
 
     def values(self, state: QueryScore) -> tuple[float, ...] | None:
         """Every configured metric of one query, in config order; None when |G| = 0."""
-        ideal = state.ideal
-        n_rel = len(ideal)
-        if n_rel == 0:
+        if not state.ideal:
             return None
-        hits = state.hits
+        return self._read(state.hits, state.ideal, state.ap_num, state.dcg)
+
+    def _read(
+        self,
+        hits: Sequence[int],
+        ideal: Sequence[float],
+        ap_num: Sequence[float],
+        dcg: Sequence[float],
+    ) -> tuple[float, ...]:
+        """The metrics from a query's hit ranks (ascending), its relevant grades (ascending, not
+        empty), one AP numerator per AP cut-off and one DCG per NDCG cut-off."""
+        n_rel = len(ideal)
         out = []
         # one step per metric, prepared in __init__ (this runs on every change of every query)
         for kind, k, index in self._plan:
             hits_k = bisect.bisect_right(hits, k)
             if kind == _AP or kind == _WAP:
                 d = ap.denominator(self.params.ap_denominator, n_rel, k, hits_k)
-                value = state.ap_num[index] / d if d else 0.0
+                value = ap_num[index] / d if d else 0.0
                 if kind == _WAP:
                     value *= n_rel
             elif kind == _NDCG:
                 idcg = ndcg.ideal_dcg(ideal, k, self.params.ndcg_gain)
-                value = state.dcg[index] / idcg if idcg > 0 else 0.0
+                value = dcg[index] / idcg if idcg > 0 else 0.0
             elif kind == _RECALL:
                 value = hits_k / n_rel
             elif kind == _PRECISION:
@@ -279,45 +288,23 @@ class Scorer:
     def _values_of(
         self, hits: list[tuple[int, float]], unshown: list[float]
     ) -> tuple[int, tuple[float, ...]]:
-        p = self.params
-        relevant = [grade for _rank, grade in hits] + unshown
-        n_rel = len(relevant)
-        out = []
-        for kind, k, _ in self._plan:
-            hits_k = 0
-            if kind == _AP or kind == _WAP:
-                total = 0.0
-                for rank, _grade in hits:
-                    if rank > k:
-                        break
-                    hits_k += 1
-                    total += hits_k / rank
-                d = ap.denominator(p.ap_denominator, n_rel, k, hits_k)
-                value = total / d if d else 0.0
-                if kind == _WAP:
-                    value *= n_rel
-            elif kind == _NDCG:
-                dcg = 0.0
-                for rank, grade in hits:
-                    if rank > k:
-                        break
-                    dcg += ndcg.gain(grade, p.ndcg_gain) * ndcg.discount(rank)
-                relevant.sort()
-                idcg = ndcg.ideal_dcg(relevant, k, p.ndcg_gain)
-                value = dcg / idcg if idcg > 0 else 0.0
-            else:
-                for rank, _grade in hits:
-                    if rank > k:
-                        break
-                    hits_k += 1
-                if kind == _RECALL:
-                    value = hits_k / n_rel
-                elif kind == _PRECISION:
-                    value = hits_k / k
-                else:  # mrr
-                    value = 1.0 / hits[0][0] if hits_k else 0.0
-            out.append(value)
-        return n_rel, tuple(out)
+        """|G| and the values from scratch: the AP numerators and DCGs summed as the formulas of
+        ap.py and ndcg.py sum them, then read as :meth:`values` reads a query's state."""
+        ranks = [rank for rank, _grade in hits]  # ascending
+        relevant = sorted([grade for _rank, grade in hits] + unshown)
+        ap_num = []
+        for k in self.ap_ks:
+            total = 0.0
+            for j, rank in enumerate(ranks[: bisect.bisect_right(ranks, k)], start=1):
+                total += j / rank
+            ap_num.append(total)
+        dcg = []
+        for k in self.dcg_ks:
+            total = 0.0
+            for rank, grade in hits[: bisect.bisect_right(ranks, k)]:
+                total += ndcg.gain(grade, self.params.ndcg_gain) * ndcg.discount(rank)
+            dcg.append(total)
+        return len(relevant), self._read(ranks, relevant, ap_num, dcg)
 
     # --- the from-scratch reference, for tests and self-checks ---------------------------------
 
