@@ -56,12 +56,17 @@ def sasl_broker(bootstrap: str) -> Iterator[str]:
         subprocess.run([*command, "reset"], env=env, capture_output=True)
 
 
+def super_user(broker: str) -> KafkaAdminClient:
+    """An admin client logged in as local.sh's super user."""
+    return KafkaAdminClient(
+        bootstrap_servers=broker, sasl_plain_username="admin", sasl_plain_password="admin-secret", **SASL
+    )
+
+
 def test_a_user_without_the_right_to_create_topics_gets_exit_2_naming_the_changelog(
     sasl_broker: str, tmp_path, daemons: list[Daemon]
 ) -> None:
-    admin = KafkaAdminClient(
-        bootstrap_servers=sasl_broker, sasl_plain_username="admin", sasl_plain_password="admin-secret", **SASL
-    )
+    admin = super_user(sasl_broker)
     try:
         admin.create_topics(
             [
@@ -116,9 +121,7 @@ def test_a_user_without_the_right_to_create_topics_gets_exit_2_naming_the_change
     assert "limited-secret" not in run.stderr + run.stdout  # the password is never logged
 
     # the operator creates the changelog as the message says: the same user now runs
-    admin = KafkaAdminClient(
-        bootstrap_servers=sasl_broker, sasl_plain_username="admin", sasl_plain_password="admin-secret", **SASL
-    )
+    admin = super_user(sasl_broker)
     try:
         admin.create_topics(
             [NewTopic(changelog, 2, 1, topic_configs={"cleanup.policy": "compact"})], wait_for_metadata=True
