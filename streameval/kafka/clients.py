@@ -12,7 +12,6 @@ from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
-from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.errors import (
     AuthorizationError,
     KafkaConfigurationError,
@@ -23,6 +22,7 @@ from kafka.errors import (
 
 from streameval.config import Settings
 from streameval.errors import ConfigError, InputError
+from streameval.kafka.assignor import CooperativeCopartitioned
 
 log = logging.getLogger(__name__)
 
@@ -80,12 +80,14 @@ def _connect(kind: str, factory: Any, settings: Settings, **config: Any) -> Any:
 
 
 def make_consumer(settings: Settings) -> KafkaConsumer:
+    assignor = CooperativeCopartitioned()
     config = {
         **_common(settings),
         "group_id": settings.group_id,
         "enable_auto_commit": False,
         "auto_offset_reset": "earliest",
-        "partition_assignment_strategy": [RangePartitionAssignor],
+        # whole partition numbers, kept across rebalances (README, Guarantees)
+        "partition_assignment_strategy": [assignor],
         "session_timeout_ms": 10_000,
         "heartbeat_interval_ms": 3_000,
         # also the rebalance timeout: how long the broker waits for members to rejoin. The loop
@@ -101,7 +103,9 @@ def make_consumer(settings: Settings) -> KafkaConsumer:
         "isolation_level": "read_committed",
         **_table(settings, _PRODUCER_ONLY),
     }
-    return _connect("consumer", KafkaConsumer, settings, **config)
+    consumer = _connect("consumer", KafkaConsumer, settings, **config)
+    assignor.owned = consumer.assignment
+    return consumer
 
 
 #: Consumer settings that belong to group membership; the restore consumer has no group.

@@ -13,11 +13,16 @@ topic. The life of a partition:
    and resumed;
 3. every ``commit_interval``, a checkpoint commits the changed state, the dead-letter records
    and the input offsets as one transaction (:mod:`streameval.kafka.checkpoint`);
-4. revoked or lost: nothing runs in the rebalance listener (it would block the client's I/O
-   thread); after the rebalance the open transaction is aborted and every owned partition
-   starts again from step 1, so a partition always resumes from a committed checkpoint.
+4. given up in a rebalance (cooperative, :mod:`streameval.kafka.assignor`): right after the poll
+   that learnt it, a checkpoint commits it with the rest, then its state is dropped; the
+   partitions kept go on untouched and the ones added start at step 1. Nothing runs in the
+   rebalance listener (it would block the client's I/O thread);
+5. lost (the membership expired, so nothing can be committed any more): the open transaction is
+   aborted and every owned partition starts again from step 1.
 
-A failed checkpoint or dead-letter send takes the same path as a rebalance: abort, rewind to the
+Either way a partition always resumes from a committed checkpoint.
+
+A failed checkpoint or dead-letter send takes the same path as lost partitions: abort, rewind to the
 last committed checkpoint, go on. Nothing is lost (the offsets never pass what a committed
 checkpoint covers) and nothing counts twice (what an aborted transaction held is redone once).
 """
@@ -32,12 +37,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, OffsetAndMetadata, TopicPartition
-from kafka.errors import KafkaError
+from kafka.coordinator.base import MemberState
+from kafka.errors import InconsistentGroupProtocolError, KafkaError
 
 from streameval import state
 from streameval.config import Settings
 from streameval.errors import InputError
 from streameval.kafka.align import Aligner, Entry
+from streameval.kafka.assignor import NAME
 from streameval.kafka.changelog import Restorer, lost_state_message
 from streameval.kafka.checkpoint import CheckpointFailed, Transactions
 from streameval.kafka.deadletter import dead_letter_record
@@ -74,16 +81,17 @@ class PartitionState:
 
 
 class _Rebalance(ConsumerRebalanceListener):
-    """Runs on the client's I/O thread: only notes that the assignment changed."""
+    """Runs on the client's I/O thread: only notes what changed; the loop acts on it after the
+    poll (:meth:`ConsumerLoop.follow_assignment`, or :meth:`ConsumerLoop.rewind` when lost)."""
 
     def __init__(self, loop: ConsumerLoop) -> None:
         self.loop = loop
 
     def on_partitions_revoked(self, revoked: Any) -> None:
-        self.loop.rebalanced = True
+        self.loop.reassigned = True
 
     def on_partitions_assigned(self, assigned: Any) -> None:
-        self.loop.rebalanced = True
+        self.loop.reassigned = True
 
     def on_partitions_lost(self, lost: Any) -> None:
         self.loop.rebalanced = True
@@ -123,7 +131,10 @@ class ConsumerLoop:
         #: asks the cluster whether a topic exists (None: cannot tell now)
         self.topic_exists = topic_exists
         self._changelog_checked = -math.inf
+        #: partitions were lost (the membership expired): everything restarts from its checkpoint
         self.rebalanced = False
+        #: partitions were given up or added in a cooperative rebalance
+        self.reassigned = False
         self.assigned = False
         self._awaiting_offsets: set[int] = set()
         self._ends: dict[TopicPartition, int] = {}
@@ -149,12 +160,52 @@ class ConsumerLoop:
 
     def rewind(self) -> None:
         """Abort the open transaction and start every owned partition again from its last
-        committed checkpoint (after a rebalance, a failed checkpoint or a failed send)."""
+        committed checkpoint (after lost partitions, a failed checkpoint or a failed send)."""
+        self.rebalanced = self.reassigned = False
         self.transactions.abort()
+        self.restorer.cancel(list(self.restorer.restoring))
+        self.partitions = {}
+        self._awaiting_offsets = set()
+        self._paused = set()
+        self._ends_backoff = END_OFFSETS_INTERVAL_S
+        self._take()
+        self.publish(force=True)
+
+    def follow_assignment(self) -> None:
+        """A cooperative rebalance changed the assignment: checkpoint the partitions given up
+        (their next owner starts where this one stopped) and drop them, start restoring the
+        added ones; the kept ones go on untouched. A failed checkpoint raises CheckpointFailed,
+        which rewinds everything."""
+        self.reassigned = False
+        owned = {tp.partition for tp in self.consumer.assignment()}
+        gone = [p for p in self.partitions if p not in owned]
+        if gone:
+            self.checkpoint()
+            for p in gone:
+                del self.partitions[p]
+                inputs = {TopicPartition(t, p) for t in self.topics}
+                self._paused -= inputs
+                for tp in inputs:
+                    self._ends.pop(tp, None)
+            self.restorer.cancel([p for p in gone if p in self.restorer.restoring])
+            self._awaiting_offsets.difference_update(gone)
+            log.info("partitions %s given up to another member", sorted(gone))
+        self._take()
+        self.publish(force=True)
+
+    def _take(self) -> None:
+        """Check that the assignment is still co-partitioned, then start restoring every assigned
+        partition this instance does not hold yet: pause its inputs, ask for its committed
+        offsets."""
         assignment = set(self.consumer.assignment())
-        owned = sorted({tp.partition for tp in assignment})
+        owned = {tp.partition for tp in assignment}
+        new = sorted(owned - set(self.partitions))
+        self.assigned = True
+        if not owned:
+            log.info("no partitions assigned to this instance")
+            return
         self._check_layout()
-        for p in owned:
+        for p in sorted(owned):
             missing = [t for t in self.topics if TopicPartition(t, p) not in assignment]
             if missing:
                 raise InputError(
@@ -162,21 +213,17 @@ class ConsumerLoop:
                     "are no longer co-partitioned (partitions added to one of them?); give every input "
                     "topic the same partition count and restart"
                 )
-        self.partitions = {
-            p: PartitionState(Aligner(self.topics, self.wall_clock, max_wait=ALIGN_MAX_WAIT_S)) for p in owned
-        }
-        if assignment:
-            self.consumer.pause(*assignment)
-        self._paused = set(assignment)
-        self.restorer.cancel(list(self.restorer.restoring))
-        self._awaiting_offsets = set(owned)
-        self.assigned = True
-        self._ends_backoff = END_OFFSETS_INTERVAL_S
-        if owned:
-            log.info("partitions %s: restoring state from %s", owned, self.settings.changelog_topic)
-        else:
-            log.info("no partitions assigned to this instance")
-        self.publish(force=True)
+        if not new:
+            return
+        inputs = [TopicPartition(t, p) for p in new for t in self.topics]
+        for p in new:
+            self.partitions[p] = PartitionState(
+                Aligner(self.topics, self.wall_clock, max_wait=ALIGN_MAX_WAIT_S)
+            )
+        self.consumer.pause(*inputs)
+        self._paused.update(inputs)
+        self._awaiting_offsets.update(new)
+        log.info("partitions %s: restoring state from %s", new, self.settings.changelog_topic)
 
     def _check_layout(self) -> None:
         """The input topics as the cluster has them now must be the layout the state was built
@@ -289,23 +336,19 @@ class ConsumerLoop:
 
     def _round(self) -> int:
         if self.rebalanced:
-            self.rebalanced = False
             self.rewind()
+        elif self.reassigned:
+            self.follow_assignment()
         if self._awaiting_offsets or self.restorer.restoring:
             self._restore_step()
         _release_parked_fetches(self.consumer)
-        if self._ends_backoff > END_OFFSETS_INTERVAL_S:
-            # the broker does not answer: kafka-python 3.0.12's poll() then spins inside its
-            # timeout (a full core with a hung broker), so poll without waiting and wait here
-            batches = self.consumer.poll(timeout_ms=0)
-            if not batches:
-                time.sleep(POLL_TIMEOUT_MS / 1000)
-        else:
-            batches = self.consumer.poll(timeout_ms=POLL_TIMEOUT_MS)
+        batches = self._poll()
         keep_join_awaited(self.consumer)
         self._refresh_ends()
         if self.rebalanced:
             return 0  # every partition starts again from its checkpoint: these are read again
+        if self.reassigned:
+            self.follow_assignment()  # before the batch: what is given up is checkpointed as processed
         for tp, messages in batches.items():
             ps = self.partitions.get(tp.partition)
             if ps is None or ps.pipeline is None:
@@ -316,13 +359,36 @@ class ConsumerLoop:
                 ps.fetched[tp.topic] = messages[-1].offset + 1
         processed = sum(self._drain(p, ps) for p, ps in self.partitions.items() if ps.pipeline is not None)
         self._flow_control()
-        if time.monotonic() >= self._next_checkpoint:
+        if time.monotonic() >= self._next_checkpoint and not self._rejoining():
             self.checkpoint()
         view = self.publish()
         self._processed_since_status += processed
         if time.monotonic() >= self._next_status:
             self._log_status(view)
         return processed
+
+    def _poll(self) -> dict[TopicPartition, list[Any]]:
+        try:
+            if self._ends_backoff > END_OFFSETS_INTERVAL_S:
+                # the broker does not answer: kafka-python 3.0.12's poll() then spins inside its
+                # timeout (a full core with a hung broker), so poll without waiting and wait here
+                batches = self.consumer.poll(timeout_ms=0)
+                if not batches:
+                    time.sleep(POLL_TIMEOUT_MS / 1000)
+                return batches
+            return self.consumer.poll(timeout_ms=POLL_TIMEOUT_MS)
+        except InconsistentGroupProtocolError:
+            raise InputError(
+                f"consumer group {self.settings.group_id} has members that assign partitions another "
+                f"way (the {NAME} assignor is not among theirs): an older streameval, or another "
+                "application using this group_id. Stop them, then start this version; no rolling "
+                "upgrade across this change (README, Guarantees)"
+            ) from None
+
+    def _rejoining(self) -> bool:
+        """The group is rebalancing: a checkpoint now would likely be refused (its generation is
+        about to end) and cost a rewind, so the periodic one waits until it is over."""
+        return getattr(self.consumer.group_metadata(), "state", None) is MemberState.REBALANCING
 
     def _log_failure(self, message: str) -> None:
         """The first failure in a minute is logged; the rest are counted into one line a minute."""
@@ -536,7 +602,11 @@ class ConsumerLoop:
         ok = True
         self.transactions.timeout = max(1.0, self.settings.shutdown_timeout * 0.6)
         try:
-            if not self.rebalanced:
+            if self.rebalanced or self._rejoining():
+                # lost, or the generation is about to end: it would be refused; the next owner
+                # resumes from the last checkpoint
+                log.info("final checkpoint skipped: the group is rebalancing")
+            else:
                 self.checkpoint()
         except CheckpointFailed as exc:
             log.error("final checkpoint failed: %s; the next owner resumes from the previous one", exc)

@@ -146,6 +146,43 @@ def test_two_members_one_killed_the_survivor_holds_everything(tmp_path, topics: 
     assert a.stop(signal.SIGTERM) == 0
 
 
+def owned(metrics: dict) -> set[str]:
+    """The partition numbers an instance holds, from its consumer lag gauge."""
+    return {labels["partition"] for labels, _ in metrics.get("streameval_consumer_lag", [])}
+
+
+def test_a_member_joining_and_leaving_moves_only_the_partitions_that_change_owner(
+    tmp_path, topics: Topics, daemons
+) -> None:
+    impressions, events = live_log(14, n_queries=500)
+    total = len(impressions) + len(events)
+    topics.create(partitions=4)
+    a_config = config_with_kafka(topics, tmp_path / "a.toml")
+    b_config = config_with_kafka(topics, tmp_path / "b.toml")
+    a = Daemon(a_config)
+    daemons.append(a)
+    a.wait_until(lambda m: value(m, "streameval_ready") == 1 and len(owned(m)) == 4, what="a holds all")
+    feed = Feed(topics, impressions, events, seconds=20)
+    feed.start()
+    wait_processing(a, 0.2 * total)
+    b = Daemon(b_config)
+    daemons.append(b)
+    b.wait_until(lambda m: value(m, "streameval_ready") == 1 and len(owned(m)) == 2, what="b holds two")
+    shared = a.wait_until(lambda m: len(owned(m)) == 2, what="a gave two partitions to b")
+    assert owned(shared).isdisjoint(owned(b.metrics()))
+    # cooperative: the two partitions a kept were not read back from the changelog again
+    assert value(shared, "streameval_restores_total") == 4
+    wait_processing(b, 0.1 * total)
+    time.sleep(1.5)
+    assert b.stop(signal.SIGTERM) == 0
+    feed.join()
+    metrics = a.wait_until(settled(total), timeout=150, what="a settled everything after b left")
+    assert_metrics_equal_replay(metrics, replay_report(tmp_path, a_config, impressions, events))
+    assert value(metrics, "streameval_restores_total") == 6  # b's two came back; nothing else moved
+    assert a.stop(signal.SIGTERM) == 0
+    assert "Traceback" not in a.output() + b.output()
+
+
 def test_first_start_creates_the_changelog_and_an_unreadable_record_stops_with_its_place(
     tmp_path, topics: Topics, daemons
 ) -> None:
