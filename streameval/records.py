@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -32,6 +32,7 @@ REJECT_REASONS = (
 )
 UNKNOWN_GROUP = "unknown"
 _FINITE_LOW, _FINITE_HIGH = -math.inf, math.inf
+_STRING_OR_INT = frozenset((str, int))
 
 
 # Records are not changed once decoded, but not ``frozen``: a frozen dataclass's __init__ sets
@@ -79,8 +80,50 @@ class _Bad(Exception):
         self.detail = detail
 
 
+#: "YYYY-MM-DDTHH:MM:SS" -> Unix seconds, for the common "...Z" times (cleared when large)
+_UTC_SECONDS: dict[str, int] = {}
+_UTC_SECONDS_MAX = 100_000
+
+
+def _utc_z(text: str) -> float | None:
+    """The value :func:`parse_ts` gives for ``YYYY-MM-DDTHH:MM:SS[.fff|.ffffff]Z`` -- the form
+    most logs use -- or None for any other text (which then takes the general route). The date
+    and time of day are parsed once per distinct second; the same integer microseconds divided
+    by 10**6 as ``datetime.timestamp`` gives the same float."""
+    n = len(text)
+    if text[-1:] != "Z" or (n != 20 and n != 24 and n != 27) or text[10] != "T":
+        return None
+    if n == 20:
+        micro = 0
+    else:
+        digits = text[20:-1]
+        if text[19] != "." or not (digits.isascii() and digits.isdigit()):
+            return None
+        micro = int(digits) * (1000 if n == 24 else 1)
+    head = text[:19]
+    seconds = _UTC_SECONDS.get(head)
+    if seconds is None:
+        try:
+            moment = datetime.fromisoformat(head + "+00:00")
+        except ValueError:
+            return None
+        seconds = (moment - _EPOCH) // _SECOND
+        if len(_UTC_SECONDS) >= _UTC_SECONDS_MAX:
+            _UTC_SECONDS.clear()
+        _UTC_SECONDS[head] = seconds
+    return (seconds * 1_000_000 + micro) / 1_000_000
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SECOND = timedelta(seconds=1)
+
+
 def parse_ts(value: Any, name: str = "ts") -> float:
     """Unix seconds from a number or an RFC 3339 string (no offset is read as UTC)."""
+    if type(value) is str:
+        seconds = _utc_z(value)
+        if seconds is not None:
+            return seconds
     if isinstance(value, bool):
         raise _Bad("wrong_type", f"{name} is a boolean, not a number or RFC 3339 string")
     if isinstance(value, int | float):
@@ -166,6 +209,8 @@ def decode_impression_fields(raw: bytes | str, group_by: Collection[str]) -> Imp
     if obj is not None:
         query_id = obj.get("query_id")
         ts = obj.get("ts")
+        if type(ts) is str:
+            ts = _utc_z(ts)  # None for any other form: the checked path reads those
         items = obj.get("items")
         if (
             type(query_id) is str
@@ -178,20 +223,32 @@ def decode_impression_fields(raw: bytes | str, group_by: Collection[str]) -> Imp
             try:
                 # str.join accepts only strings: a one-call type check of every item and label
                 "".join(items)
-                if None not in group:
+            except TypeError:
+                # integer item ids, normalised as the checked path does (a bool is not an int
+                # here; str() of a string is the string itself)
+                if _STRING_OR_INT.issuperset(map(type, items)):
+                    items = list(map(str, items))
+                else:
+                    items = None
+            if items is not None and None not in group:
+                try:
                     "".join(group)  # type: ignore[arg-type]
                     return query_id, float(ts), items, group  # type: ignore[return-value]
-            except TypeError:
-                pass
-    record = _decode_impression_checked(raw, group_by)
+                except TypeError:
+                    pass
+    record = _decode_impression_checked(raw, group_by, obj)
     if type(record) is Rejection:
         return record
     return record.query_id, record.ts, record.items, record.group  # type: ignore[union-attr]
 
 
-def _decode_impression_checked(raw: bytes | str, group_by: Collection[str]) -> Impression | Rejection:
+def _decode_impression_checked(
+    raw: bytes | str, group_by: Collection[str], obj: dict[str, Any] | None = None
+) -> Impression | Rejection:
+    """The impression in ``raw`` (``obj``: its JSON object, when the fast path has it), checked
+    field by field, or the reason it is rejected."""
     try:
-        obj = _load(raw)
+        obj = _load(raw) if obj is None else obj
         query_id = _string(_required(obj, "query_id"), "query_id")
         ts = parse_ts(_required(obj, "ts"))
         items = _required(obj, "items")
@@ -225,6 +282,10 @@ def decode_event(
         if event_type is None:
             event_type = default_type
         ts = obj.get("ts")
+        if type(ts) is str:
+            ts = _utc_z(ts)
+        if type(item) is int:
+            item = str(item)  # integer item ids are normalised to strings
         event_id = obj.get("event_id")
         if (
             type(query_id) is str
@@ -236,14 +297,18 @@ def decode_event(
             and event_type in grades
         ):
             return Engagement(query_id, item, event_type, float(ts), event_id)
-    return _decode_event_checked(raw, grades, default_type)
+    return _decode_event_checked(raw, grades, default_type, obj)
 
 
 def _decode_event_checked(
-    raw: bytes | str, grades: Mapping[str, float], default_type: str | None = None
+    raw: bytes | str,
+    grades: Mapping[str, float],
+    default_type: str | None = None,
+    obj: dict[str, Any] | None = None,
 ) -> Engagement | Rejection:
+    """As :func:`_decode_impression_checked`, for an event."""
     try:
-        obj = _load(raw)
+        obj = _load(raw) if obj is None else obj
         query_id = _string(_required(obj, "query_id"), "query_id")
         item = _item_id(_required(obj, "item"), "item")
         raw_type = obj.get("type")

@@ -13,6 +13,7 @@ from streameval.records import (
     Rejection,
     decode_event,
     decode_impression,
+    parse_ts,
 )
 from tests.logs import BAD_EVENTS, BAD_IMPRESSIONS
 
@@ -156,3 +157,59 @@ def test_fast_and_checked_paths_agree(obj, default_type) -> None:
     group_by = ["model", "surface"]
     assert decode_impression(raw, group_by) == _decode_impression_checked(raw, group_by)
     assert decode_event(raw, GRADES, default_type) == _decode_event_checked(raw, GRADES, default_type)
+
+
+def _general_route(text: str) -> float | None:
+    """parse_ts without its "...Z" shortcut: the reference the shortcut must equal."""
+    from datetime import UTC, datetime
+
+    value = text.strip()
+    if value[-1:] in ("z", "Z"):
+        value = value[:-1] + "+00:00"
+    try:
+        moment = datetime.fromisoformat(value)
+    except (ValueError, OverflowError):
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+_heads = st.one_of(
+    st.datetimes().map(lambda d: d.strftime("%Y-%m-%dT%H:%M:%S")),
+    st.sampled_from(
+        ["2026-W01-1T00:00:00", "2026-02-30T00:00:00", "2026-01-01T24:00:00", "0001-01-01T00:00:00"]
+    ),
+    st.text(alphabet="0123456789-:TW+. ", min_size=19, max_size=19),
+)
+_tails = st.one_of(
+    st.sampled_from(["Z", "z", "+00:00", "", " Z"]),
+    st.integers(0, 999).map(lambda ms: f".{ms:03d}Z"),
+    st.integers(0, 999_999).map(lambda us: f".{us:06d}Z"),
+    st.text(alphabet="0123456789.Z", max_size=9),
+)
+
+
+@given(_heads, _tails)
+def test_the_utc_shortcut_gives_what_the_general_route_gives(head, tail) -> None:
+    from streameval.records import _Bad, _utc_z
+
+    text = head + tail
+    expected = _general_route(text)
+    fast = _utc_z(text)
+    if fast is not None:
+        assert fast == expected, text
+    try:
+        got: float | None = parse_ts(text)
+    except _Bad:
+        got = None
+    assert got == expected, text
+
+
+def test_the_utc_shortcut_takes_the_common_forms() -> None:
+    from streameval.records import _utc_z
+
+    assert _utc_z("2026-01-01T00:00:00Z") == 1767225600.0
+    assert _utc_z("2026-01-01T00:00:00.001Z") == 1767225600.001
+    assert _utc_z("2026-01-01T00:00:00.000123Z") == 1767225600.000123
+    assert _utc_z("2026-01-01T00:00:00+00:00") is None  # the general route's
