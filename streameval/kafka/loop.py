@@ -94,7 +94,7 @@ class _Rebalance(ConsumerRebalanceListener):
         self.loop.reassigned = True
 
     def on_partitions_lost(self, lost: Any) -> None:
-        self.loop.rebalanced = True
+        self.loop.lost = True
 
 
 class ConsumerLoop:
@@ -132,7 +132,7 @@ class ConsumerLoop:
         self.topic_exists = topic_exists
         self._changelog_checked = -math.inf
         #: partitions were lost (the membership expired): everything restarts from its checkpoint
-        self.rebalanced = False
+        self.lost = False
         #: partitions were given up or added in a cooperative rebalance
         self.reassigned = False
         self.assigned = False
@@ -161,7 +161,7 @@ class ConsumerLoop:
     def rewind(self) -> None:
         """Abort the open transaction and start every owned partition again from its last
         committed checkpoint (after lost partitions, a failed checkpoint or a failed send)."""
-        self.rebalanced = self.reassigned = False
+        self.lost = self.reassigned = False
         self.transactions.abort()
         self.restorer.cancel(list(self.restorer.restoring))
         self.partitions = {}
@@ -335,7 +335,7 @@ class ConsumerLoop:
             return 0
 
     def _round(self) -> int:
-        if self.rebalanced:
+        if self.lost:
             self.rewind()
         elif self.reassigned:
             self.follow_assignment()
@@ -345,7 +345,7 @@ class ConsumerLoop:
         batches = self._poll()
         keep_join_awaited(self.consumer)
         self._refresh_ends()
-        if self.rebalanced:
+        if self.lost:
             return 0  # every partition starts again from its checkpoint: these are read again
         if self.reassigned:
             self.follow_assignment()  # before the batch: what is given up is checkpointed as processed
@@ -602,7 +602,7 @@ class ConsumerLoop:
         ok = True
         self.transactions.timeout = max(1.0, self.settings.shutdown_timeout * 0.6)
         try:
-            if self.rebalanced or self._rejoining():
+            if self.lost or self._rejoining():
                 # lost, or the generation is about to end: it would be refused; the next owner
                 # resumes from the last checkpoint
                 log.info("final checkpoint skipped: the group is rebalancing")
