@@ -13,10 +13,10 @@ topic. The life of a partition:
    and resumed;
 3. every ``commit_interval``, a checkpoint commits the changed state, the dead-letter records
    and the input offsets as one transaction (:mod:`streameval.kafka.checkpoint`);
-4. given up in a rebalance (cooperative, :mod:`streameval.kafka.assignor`): right after the poll
-   that learnt it, a checkpoint commits it with the rest, then its state is dropped; the
-   partitions kept go on untouched and the ones added start at step 1. Nothing runs in the
-   rebalance listener (it would block the client's I/O thread);
+4. given up in a rebalance (cooperative, :mod:`streameval.kafka.assignor`): in the rebalance
+   listener, before the member rejoins for the rebalance that hands it over, a checkpoint
+   commits it with the rest, then its state is dropped; the partitions kept go on untouched and
+   the ones added start at step 1;
 5. lost (the membership expired, so nothing can be committed any more): the open transaction is
    aborted and every owned partition starts again from step 1.
 
@@ -81,14 +81,17 @@ class PartitionState:
 
 
 class _Rebalance(ConsumerRebalanceListener):
-    """Runs on the client's I/O thread: only notes what changed; the loop acts on it after the
-    poll (:meth:`ConsumerLoop.follow_assignment`, or :meth:`ConsumerLoop.rewind` when lost)."""
+    """Called inside ``poll()`` (and ``close()``), on the client's I/O thread while the main thread
+    waits for that call, so the state is never changed under it."""
 
     def __init__(self, loop: ConsumerLoop) -> None:
         self.loop = loop
 
     def on_partitions_revoked(self, revoked: Any) -> None:
-        self.loop.reassigned = True
+        # Cooperative (KIP-429): this runs before the member rejoins for the follow-up rebalance
+        # that hands these partitions to their next owner -- the one moment a checkpoint of them
+        # is sure to commit (or be fenced) before that owner reads the committed offsets.
+        self.loop.give_up({tp.partition for tp in revoked})
 
     def on_partitions_assigned(self, assigned: Any) -> None:
         self.loop.reassigned = True
@@ -135,6 +138,9 @@ class ConsumerLoop:
         self.lost = False
         #: partitions were given up or added in a cooperative rebalance
         self.reassigned = False
+        #: the checkpoint of partitions being given up failed (raised after the poll)
+        self._give_up_failed: CheckpointFailed | None = None
+        self.closing = False
         self.assigned = False
         self._awaiting_offsets: set[int] = set()
         self._ends: dict[TopicPartition, int] = {}
@@ -171,25 +177,39 @@ class ConsumerLoop:
         self._take()
         self.publish(force=True)
 
+    def give_up(self, partitions: set[int]) -> None:
+        """Partitions given up in a cooperative rebalance (from the rebalance listener): commit
+        a checkpoint now, so that their next owner starts exactly where this one stopped, then
+        drop their state. A failed checkpoint is raised after the poll, and rewinds everything."""
+        self.reassigned = True
+        gone = [p for p in self.partitions if p in partitions]
+        if self.closing or not gone:
+            return  # closing: the final checkpoint has been taken
+        try:
+            self.checkpoint()
+        except CheckpointFailed as exc:
+            self._give_up_failed = exc
+            return
+        for p in gone:
+            del self.partitions[p]
+            inputs = {TopicPartition(t, p) for t in self.topics}
+            self._paused -= inputs
+            for tp in inputs:
+                self._ends.pop(tp, None)
+        self.restorer.cancel([p for p in gone if p in self.restorer.restoring])
+        self._awaiting_offsets.difference_update(gone)
+        log.info("partitions %s given up to another member", gone)
+
     def follow_assignment(self) -> None:
-        """A cooperative rebalance changed the assignment: checkpoint the partitions given up
-        (their next owner starts where this one stopped) and drop them, start restoring the
-        added ones; the kept ones go on untouched. A failed checkpoint raises CheckpointFailed,
-        which rewinds everything."""
+        """After a cooperative rebalance: start restoring the partitions added; the kept ones go
+        on untouched (those given up were checkpointed and dropped by :meth:`give_up`)."""
         self.reassigned = False
         owned = {tp.partition for tp in self.consumer.assignment()}
-        gone = [p for p in self.partitions if p not in owned]
-        if gone:
-            self.checkpoint()
-            for p in gone:
-                del self.partitions[p]
-                inputs = {TopicPartition(t, p) for t in self.topics}
-                self._paused -= inputs
-                for tp in inputs:
-                    self._ends.pop(tp, None)
-            self.restorer.cancel([p for p in gone if p in self.restorer.restoring])
-            self._awaiting_offsets.difference_update(gone)
-            log.info("partitions %s given up to another member", sorted(gone))
+        if any(p not in owned for p in self.partitions):
+            # given up without the listener's checkpoint (not expected): from the checkpoints
+            log.warning("partitions given up without a checkpoint; rewinding to the last one")
+            self.rewind()
+            return
         self._take()
         self.publish(force=True)
 
@@ -344,11 +364,14 @@ class ConsumerLoop:
         _release_parked_fetches(self.consumer)
         batches = self._poll()
         keep_join_awaited(self.consumer)
+        failed, self._give_up_failed = self._give_up_failed, None
+        if failed is not None:
+            raise failed  # the one failure path: a rewind (run_once)
         self._refresh_ends()
         if self.lost:
             return 0  # every partition starts again from its checkpoint: these are read again
         if self.reassigned:
-            self.follow_assignment()  # before the batch: what is given up is checkpointed as processed
+            self.follow_assignment()
         for tp, messages in batches.items():
             ps = self.partitions.get(tp.partition)
             if ps is None or ps.pipeline is None:
@@ -599,6 +622,7 @@ class ConsumerLoop:
         """A final checkpoint, then close every client within ``shutdown_timeout``; returns
         whether the final checkpoint committed."""
         deadline = time.monotonic() + self.settings.shutdown_timeout
+        self.closing = True
         ok = True
         self.transactions.timeout = max(1.0, self.settings.shutdown_timeout * 0.6)
         try:
