@@ -83,6 +83,8 @@ class _Bad(Exception):
 #: "YYYY-MM-DDTHH:MM:SS" -> Unix seconds, for the common "...Z" times (cleared when large)
 _UTC_SECONDS: dict[str, int] = {}
 _UTC_SECONDS_MAX = 100_000
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SECOND = timedelta(seconds=1)
 
 
 def _utc_z(text: str) -> float | None:
@@ -112,10 +114,6 @@ def _utc_z(text: str) -> float | None:
             _UTC_SECONDS.clear()
         _UTC_SECONDS[head] = seconds
     return (seconds * 1_000_000 + micro) / 1_000_000
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_SECOND = timedelta(seconds=1)
 
 
 def parse_ts(value: Any, name: str = "ts") -> float:
