@@ -54,7 +54,8 @@ def plan(
     for m in sorted(members, key=lambda m: (len(final[m]), members.index(m))):
         while len(final[m]) < share[m]:
             final[m].add(next(free))
-    now = {m: {p for p in numbers if all(c == m for c in claims.get(p, [m]))} for m, numbers in final.items()}
+    # assigned now: what nobody else claims (a member claims each number at most once)
+    now = {m: {p for p in numbers if claims.get(p, [m]) == [m]} for m, numbers in final.items()}
     return final, now
 
 

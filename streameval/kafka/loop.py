@@ -357,8 +357,6 @@ class ConsumerLoop:
     def _round(self) -> int:
         if self.lost:
             self.rewind()
-        elif self.reassigned:
-            self.follow_assignment()
         if self._awaiting_offsets or self.restorer.restoring:
             self._restore_step()
         _release_parked_fetches(self.consumer)
