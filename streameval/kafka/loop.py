@@ -697,10 +697,22 @@ def keep_join_awaited(consumer: KafkaConsumer) -> None:
     fail with RebalanceInProgress. Reproduced with two bare consumers (a leader made to rejoin
     first rebalanced the group every 3 s for as long as it was watched; with this, it rejoined
     once). Wrapping the running join after each poll makes the next poll await it, finished or
-    not. Guarded so that a client without these attributes is left alone.
+    not.
+
+    A second way to lose the assignment: a rebalance this member starts because a subscribed
+    topic changed (deleted, partitions added) is "needed" only while the metadata differs from
+    what the last assignment was made for -- and as leader, this member's own assignment inside
+    the running join makes them equal again. When the join outlives the poll, the next poll
+    finds no rejoin needed and never awaits it: the new assignment is never taken, and the
+    member stays "rebalancing" (seen in the test that deletes an input topic, about one run in
+    two). Marking the rejoin as needed while the join runs makes the next poll await it; the
+    flag is cleared when the join's result is taken. Guarded so that a client without these
+    attributes is left alone.
     """
     coordinator = getattr(consumer, "_coordinator", None)
     task = getattr(coordinator, "_join_task", None)
-    if task is None or isinstance(task, _AwaitedJoin) or not hasattr(task, "add_errback"):
+    if task is None or not hasattr(task, "add_errback") or not hasattr(coordinator, "rejoin_needed"):
         return
-    coordinator._join_task = _AwaitedJoin(task)  # type: ignore[union-attr]
+    coordinator.rejoin_needed = True  # type: ignore[union-attr]
+    if not isinstance(task, _AwaitedJoin):
+        coordinator._join_task = _AwaitedJoin(task)  # type: ignore[union-attr]

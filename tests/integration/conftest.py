@@ -63,8 +63,10 @@ class Topics:
         self.purchases = f"{self.prefix}.purchases"
         self.dlq = f"{self.prefix}.dlq"
         self.group = f"{self.prefix}.group"
+        self.partitions = 0  # of the impressions topic, once created
 
     def create(self, partitions: int = 3, **counts: int) -> None:
+        self.partitions = counts.get("impressions", partitions)
         names = {"impressions": self.impressions, "clicks": self.clicks, "purchases": self.purchases}
         topics = [
             NewTopic(name, num_partitions=counts.get(key, partitions), replication_factor=1)

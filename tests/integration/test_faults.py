@@ -11,7 +11,6 @@ import time
 
 import orjson
 import pytest
-from kafka import KafkaProducer
 from kafka.admin import NewPartitions, NewTopic
 
 from tests.integration.conftest import ROOT, Daemon, Topics, value
@@ -19,7 +18,7 @@ from tests.integration.test_daemon import (
     DAEMON_CONFIG,
     T0,
     assert_metrics_equal_replay,
-    flush_records,
+    produce_flush,
     replay_report,
     settled,
     time_ordered,
@@ -50,11 +49,14 @@ def test_poison_records_reach_a_small_dead_letter_topic_cut_to_fit(tmp_path, top
     )
     topics.produce(topics.impressions, impressions)
     topics.produce(topics.clicks, events)
+    produce_flush(topics, 2)
     config = topics.config(tmp_path / "c.toml", **DAEMON_CONFIG)
     daemon = Daemon(config)
     daemons.append(daemon)
     total = len(impressions) + len(events)
-    metrics = daemon.wait_until(settled(total), timeout=120, what="settled with poison records")
+    metrics = daemon.wait_until(
+        settled(total + 2, still_open=2), timeout=120, what="settled with poison records"
+    )
     assert_metrics_equal_replay(metrics, replay_report(tmp_path, config, impressions, events))
 
     n_bad = sum(log.rejected.values()) + len(poison)
@@ -126,13 +128,7 @@ class TwoHalves:
         feed = Feed(self.topics, self.impressions[self.half_i :], self.events[self.half_e :], seconds=3.0)
         feed.start()
         feed.join()
-        # then one far-future impression per partition: the watermark jumps past everything, so
-        # the log settles now rather than after the allowed lateness and horizon of wall time
-        producer = KafkaProducer(bootstrap_servers=self.topics.bootstrap)
-        for partition, raw in flush_records(self.partitions, T0 + 10 * 86400):
-            producer.send(self.topics.impressions, value=raw, key=raw, partition=partition)
-        producer.flush()
-        producer.close()
+        produce_flush(self.topics, self.partitions)
 
     def check(self, daemon: Daemon) -> dict:
         """``daemon`` settles every record, and its values equal replay's on the whole log."""

@@ -17,6 +17,7 @@ from tests.integration.test_daemon import (
     DAEMON_CONFIG,
     T0,
     assert_metrics_equal_replay,
+    produce_flush,
     replay_report,
     settled,
     time_ordered,
@@ -40,10 +41,20 @@ def live_log(seed: int, n_queries: int = 600):
 
 
 class Feed(threading.Thread):
-    """Produces the records in time order, a batch at a time, while the test does other things."""
+    """Produces the records in time order, a batch at a time, while the test does other things;
+    with ``flush``, then a far-future impression in every partition (:func:`produce_flush`),
+    so that the log settles at once (``settled_with_flush``)."""
 
-    def __init__(self, topics: Topics, impressions: list[bytes], events: list[bytes], seconds: float):
+    def __init__(
+        self,
+        topics: Topics,
+        impressions: list[bytes],
+        events: list[bytes],
+        seconds: float,
+        flush: bool = False,
+    ):
         super().__init__(daemon=True)
+        self.topics, self.flush = topics, flush
         merged = [(topics.impressions, r) for r in impressions] + [(topics.clicks, r) for r in events]
         self.records = sorted(merged, key=lambda tr: ts_of(tr[1]) or 0.0)
         self.bootstrap = topics.bootstrap
@@ -58,6 +69,8 @@ class Feed(threading.Thread):
                 time.sleep(self.pause)
         producer.flush()
         producer.close()
+        if self.flush:
+            produce_flush(self.topics, self.topics.partitions)
 
 
 #: The feeds run event time ~25x faster than the wall clock; the usual skew between topics (a
@@ -72,6 +85,11 @@ def config_with_kafka(topics: Topics, path, instance: str | None = None, **extra
     return config
 
 
+def settled_with_flush(topics: Topics, total: int):
+    """Every record of the log and the flush records consumed, all but the flush queries settled."""
+    return settled(total + topics.partitions, still_open=topics.partitions)
+
+
 def wait_processing(daemon: Daemon, at_least: float) -> None:
     daemon.wait_until(
         lambda m: value(m, "streameval_records_consumed_total") >= at_least, what=f">= {at_least} consumed"
@@ -83,7 +101,7 @@ def test_sigkill_twice_during_live_traffic_ends_exact(tmp_path, topics: Topics, 
     total = len(impressions) + len(events)
     topics.create(partitions=3)
     config = config_with_kafka(topics, tmp_path / "c.toml", instance="kill-test")
-    feed = Feed(topics, impressions, events, seconds=25)
+    feed = Feed(topics, impressions, events, seconds=25, flush=True)
     daemon = Daemon(config)
     daemons.append(daemon)
     daemon.wait_until(lambda m: value(m, "streameval_ready") == 1, what="ready")
@@ -96,7 +114,9 @@ def test_sigkill_twice_during_live_traffic_ends_exact(tmp_path, topics: Topics, 
         daemon = Daemon(config)
         daemons.append(daemon)
     feed.join()
-    metrics = daemon.wait_until(settled(total), timeout=120, what="everything settled after two kills")
+    metrics = daemon.wait_until(
+        settled_with_flush(topics, total), timeout=120, what="everything settled after two kills"
+    )
     assert_metrics_equal_replay(metrics, replay_report(tmp_path, config, impressions, events))
     assert value(metrics, "streameval_restores_total") >= 3
     assert daemon.stop(signal.SIGTERM) == 0
@@ -107,7 +127,7 @@ def test_sigterm_restart_mid_traffic_ends_exact(tmp_path, topics: Topics, daemon
     total = len(impressions) + len(events)
     topics.create(partitions=2)
     config = config_with_kafka(topics, tmp_path / "c.toml")
-    feed = Feed(topics, impressions, events, seconds=15)
+    feed = Feed(topics, impressions, events, seconds=15, flush=True)
     daemon = Daemon(config)
     daemons.append(daemon)
     daemon.wait_until(lambda m: value(m, "streameval_ready") == 1, what="ready")
@@ -118,7 +138,9 @@ def test_sigterm_restart_mid_traffic_ends_exact(tmp_path, topics: Topics, daemon
     daemon = Daemon(config)
     daemons.append(daemon)
     feed.join()
-    metrics = daemon.wait_until(settled(total), timeout=120, what="everything settled after a restart")
+    metrics = daemon.wait_until(
+        settled_with_flush(topics, total), timeout=120, what="everything settled after a restart"
+    )
     assert_metrics_equal_replay(metrics, replay_report(tmp_path, config, impressions, events))
     assert daemon.stop(signal.SIGTERM) == 0
 
@@ -133,14 +155,16 @@ def test_two_members_one_killed_the_survivor_holds_everything(tmp_path, topics: 
     daemons += [a, b]
     for d in (a, b):
         d.wait_until(lambda m: value(m, "streameval_ready") == 1, what="ready")
-    feed = Feed(topics, impressions, events, seconds=20)
+    feed = Feed(topics, impressions, events, seconds=20, flush=True)
     feed.start()
     b.wait_until(lambda m: value(m, "streameval_records_consumed_total") >= 0.15 * total, what="b consumed")
     time.sleep(1.5)
     b.proc.send_signal(signal.SIGKILL)
     b.proc.wait()
     feed.join()
-    metrics = a.wait_until(settled(total), timeout=150, what="the survivor settled everything")
+    metrics = a.wait_until(
+        settled_with_flush(topics, total), timeout=150, what="the survivor settled everything"
+    )
     # the survivor alone: its summed parts and its _total counters cover all four partitions
     assert_metrics_equal_replay(metrics, replay_report(tmp_path, a_config, impressions, events))
     assert a.stop(signal.SIGTERM) == 0
@@ -162,7 +186,7 @@ def test_a_member_joining_and_leaving_moves_only_the_partitions_that_change_owne
     a = Daemon(a_config)
     daemons.append(a)
     a.wait_until(lambda m: value(m, "streameval_ready") == 1 and len(owned(m)) == 4, what="a holds all")
-    feed = Feed(topics, impressions, events, seconds=20)
+    feed = Feed(topics, impressions, events, seconds=20, flush=True)
     feed.start()
     wait_processing(a, 0.2 * total)
     b = Daemon(b_config)
@@ -176,7 +200,9 @@ def test_a_member_joining_and_leaving_moves_only_the_partitions_that_change_owne
     time.sleep(1.5)
     assert b.stop(signal.SIGTERM) == 0
     feed.join()
-    metrics = a.wait_until(settled(total), timeout=150, what="a settled everything after b left")
+    metrics = a.wait_until(
+        settled_with_flush(topics, total), timeout=150, what="a settled everything after b left"
+    )
     assert_metrics_equal_replay(metrics, replay_report(tmp_path, a_config, impressions, events))
     assert value(metrics, "streameval_restores_total") == 6  # b's two came back; nothing else moved
     assert a.stop(signal.SIGTERM) == 0
@@ -190,10 +216,11 @@ def test_first_start_creates_the_changelog_and_an_unreadable_record_stops_with_i
     topics.create(partitions=1)
     topics.produce(topics.impressions, impressions)
     topics.produce(topics.clicks, events)
+    produce_flush(topics, 1)
     config = config_with_kafka(topics, tmp_path / "c.toml")
     daemon = Daemon(config)
     daemons.append(daemon)
-    daemon.wait_until(settled(len(impressions) + len(events)), what="settled")
+    daemon.wait_until(settled_with_flush(topics, len(impressions) + len(events)), what="settled")
     assert daemon.stop(signal.SIGTERM) == 0
     changelog = f"{topics.group}-changelog"
     assert f"created changelog topic {changelog}" in daemon.output()
