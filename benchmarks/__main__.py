@@ -38,10 +38,12 @@ def say(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def timed(cmd: list[str], log: Any, stdout: Any = subprocess.DEVNULL) -> tuple[float, float, bytes]:
-    """Run ``cmd``; its wall time (s), peak resident memory (MB) and stdout."""
+def timed(
+    cmd: list[str], log: Any, stdout: Any = subprocess.DEVNULL, cwd: Path = ROOT
+) -> tuple[float, float, bytes]:
+    """Run ``cmd`` in ``cwd``; its wall time (s), peak resident memory (MB) and stdout."""
     start = time.perf_counter()
-    process = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log)
+    process = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=log)
     out = process.stdout.read() if process.stdout else b""
     _, status, usage = os.wait4(process.pid, 0)
     elapsed = time.perf_counter() - start
@@ -108,18 +110,35 @@ def replay_cmd(files: list[Path], *extra: str) -> list[str]:
     return [*cmd, "--format", "json", *extra]
 
 
-def figure_1(files: list[Path], log: Any) -> dict[str, Any]:
-    """replay against reading + decoding the same files; three runs of each, alternating."""
+def figure_1(files: list[Path], log: Any, scratch: Path) -> dict[str, Any]:
+    """replay against reading + decoding the same files; three runs of each, alternating. Then
+    the same with replay's hot modules compiled by mypyc (not shipped; ``compiled.py``), when
+    a compiler is at hand, its report checked equal to the interpreted one's."""
+    from benchmarks import compiled
+
     records = sum(1 for path in files for _ in path.open("rb"))
-    floors, replays, peaks = [], [], []
+    try:
+        build: Path | None = compiled.build(scratch / "compiled", log)
+        say(f"figure 1: replay's hot modules compiled with mypyc in {build}")
+    except RuntimeError as exc:
+        build = None
+        say(f"figure 1: no compiled build ({exc})")
+    floors, replays, fast, peaks = [], [], [], []
+    outputs: set[bytes] = set()
     for attempt in range(3):
         floors.append(timed([PY, str(HERE / "floor_read.py"), *map(str, files)], log)[0])
-        elapsed, peak, _ = timed(replay_cmd(files), log)
+        elapsed, peak, out = timed(replay_cmd(files), log)
         replays.append(elapsed)
         peaks.append(peak)
-        say(f"figure 1: run {attempt + 1}: read + decode {floors[-1]:.2f} s, replay {replays[-1]:.2f} s")
+        line = f"figure 1: run {attempt + 1}: read + decode {floors[-1]:.2f} s, replay {replays[-1]:.2f} s"
+        if build is not None:
+            elapsed, _, compiled_out = timed(replay_cmd(files), log, cwd=build)
+            fast.append(elapsed)
+            outputs.update((out, compiled_out))
+            line += f", compiled {fast[-1]:.2f} s"
+        say(line)
     floor, replay = statistics.median(floors), statistics.median(replays)
-    return {
+    result = {
         "records": records,
         "floor_s": floor,
         "replay_s": replay,
@@ -127,6 +146,11 @@ def figure_1(files: list[Path], log: Any) -> dict[str, Any]:
         "replay_peak_mb": max(peaks),
         "ratio": floor / replay,
     }
+    if build is not None:
+        result["compiled_replay_s"] = statistics.median(fast)
+        result["compiled_ratio"] = floor / result["compiled_replay_s"]
+        result["compiled_same_report"] = len(outputs) == 1
+    return result
 
 
 def figure_5(files: list[Path], log: Any) -> dict[str, Any]:
@@ -242,7 +266,7 @@ def main() -> int:
     say(f"benchmarks: details of every step in {log_path}")
     with open(log_path, "wb") as log, tempfile.TemporaryDirectory(prefix="streameval-bench-") as tmp:
         files = simulate_files(Path(tmp), args.scale, log)
-        figures["1_replay"] = figure_1(files, log)
+        figures["1_replay"] = figure_1(files, log, Path(tmp))
         figures["5_batch_route"] = figure_5(files, log)
         figures["3_state_size"], figures["4_memory"] = figures_3_4(args.scale, log)
         if broker_up(args.bootstrap_servers):
@@ -289,6 +313,17 @@ def render(results: dict[str, Any]) -> str:
             verdict(one["ratio"] >= 0.25),
         )
     )
+    if "compiled_ratio" in one:
+        same = "same report" if one["compiled_same_report"] else "**reports differ**"
+        rows.append(
+            (
+                f"1'. the same, replay's hot modules compiled with mypyc (not shipped; "
+                f"{one['compiled_replay_s']:.1f} s, {same})",
+                f"{one['compiled_ratio']:.3f}",
+                "reported",
+                "",
+            )
+        )
     two = f["2_daemon"]
     if "skipped" in two:
         rows.append(("2. `run` / bare kafka-python consumer", "not run", ">= 0.80", two["skipped"]))

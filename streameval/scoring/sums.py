@@ -90,11 +90,17 @@ class Sums:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {slot: getattr(self, slot) for slot in self.__slots__}
+        return {
+            "queries": self.queries,
+            "with_relevant": self.with_relevant,
+            "relevant_items": self.relevant_items,
+            "sums": self.sums,
+            "squares": self.squares,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Sums:
-        sums = cls(len(data["sums"]))
-        for slot in cls.__slots__:
-            setattr(sums, slot, data[slot])
+        sums = cls(0)
+        sums.queries, sums.with_relevant = data["queries"], data["with_relevant"]
+        sums.relevant_items, sums.sums, sums.squares = data["relevant_items"], data["sums"], data["squares"]
         return sums
