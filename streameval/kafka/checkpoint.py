@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from kafka import KafkaProducer
+from kafka import KafkaProducer, TopicPartition
 from kafka.errors import KafkaError, KafkaTimeoutError, MessageSizeTooLargeError, RecordListTooLargeError
 
 log = logging.getLogger(__name__)
@@ -71,6 +71,55 @@ class Transactions:
                 f"send to {topic} failed: {_describe(exc)}", _too_large(exc), topic
             ) from None
         self.bytes_sent += len(value or b"") + len(key or b"")
+
+    def send_many(self, topic: str, partition: int, entries: Iterable[tuple[bytes, bytes | None]]) -> int:
+        """Send keyed records to one partition inside the open transaction, as :meth:`send`
+        would one by one; returns how many. A failure raises CheckpointFailed.
+
+        kafka-python's ``send()`` redoes per record what a checkpoint needs once per partition:
+        argument and header checks, serializer calls, the metadata lookup, the partitioner, a
+        debug line formatted whether logged or not, adding the partition to the transaction.
+        That was about half of its ~16 us per record. Here those run once, and each record goes
+        straight to the client's accumulator, with the same size check and sender wake-up as
+        ``send()``. Guarded: a client without these internals takes the plain route."""
+        producer = None
+        count = bytes_sent = 0
+        try:
+            producer = self._begin()
+            accumulator = getattr(producer, "_accumulator", None)
+            manager = getattr(producer, "_transaction_manager", None)
+            if accumulator is None or manager is None or not hasattr(producer, "_ensure_valid_record_size"):
+                for key, value in entries:
+                    self._sent.append(producer.send(topic, value=value, key=key, partition=partition))
+                    count += 1
+                    bytes_sent += len(value or b"") + len(key)
+                return count
+            if producer._metadata.partitions_for_topic(topic) is None:
+                producer._wait_on_metadata(topic, producer.config["max_block_ms"])
+            tp = TopicPartition(topic, partition)
+            manager.maybe_add_partition_to_transaction(tp)
+            no_headers: list[tuple[str, bytes]] = []
+            append, sent = accumulator.append, self._sent
+            estimate, check = producer._estimate_size_in_bytes, producer._ensure_valid_record_size
+            wakeup = producer._sender.wakeup
+            for key, value in entries:
+                check(estimate(key, value, no_headers))
+                future, batch_is_full, new_batch, _ = append(
+                    tp, None, key, value, no_headers, abort_on_new_batch=False
+                )
+                if batch_is_full or new_batch:
+                    wakeup()
+                sent.append(future)
+                count += 1
+                bytes_sent += len(value or b"") + len(key)
+            return count
+        except (KafkaError, ValueError, AssertionError) as exc:
+            self._end_failed()
+            raise CheckpointFailed(
+                f"send to {topic} failed: {_describe(exc)}", _too_large(exc), topic
+            ) from None
+        finally:
+            self.bytes_sent += bytes_sent
 
     def commit(self, offsets: dict[Any, Any], group_metadata: Any) -> None:
         """Commit everything sent since the last commit, with ``offsets``, as one transaction."""

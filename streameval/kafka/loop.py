@@ -576,9 +576,9 @@ class ConsumerLoop:
         before = self.transactions.bytes_sent
         entries = 0
         for p, pipeline, _, _ in owners:
-            for key, value in state.checkpoint_entries(pipeline):
-                self.transactions.send(self.settings.changelog_topic, value=value, key=key, partition=p)
-                entries += 1
+            entries += self.transactions.send_many(
+                self.settings.changelog_topic, p, state.checkpoint_entries(pipeline)
+            )
         self.transactions.commit(offsets, self.consumer.group_metadata())
         for _, _, ps, moved in owners:
             ps.committed.update(moved)
