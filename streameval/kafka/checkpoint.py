@@ -66,10 +66,7 @@ class Transactions:
             producer = self._begin()
             self._sent.append(producer.send(topic, value=value, key=key, **kwargs))
         except (KafkaError, ValueError, AssertionError) as exc:
-            self._end_failed()
-            raise CheckpointFailed(
-                f"send to {topic} failed: {_describe(exc)}", _too_large(exc), topic
-            ) from None
+            raise self._send_failed(topic, exc) from None
         self.bytes_sent += len(value or b"") + len(key or b"")
 
     def send_many(self, topic: str, partition: int, entries: Iterable[tuple[bytes, bytes | None]]) -> int:
@@ -79,20 +76,18 @@ class Transactions:
         kafka-python's ``send()`` redoes per record what a checkpoint needs once per partition:
         argument and header checks, serializer calls, the metadata lookup, the partitioner, a
         debug line formatted whether logged or not, adding the partition to the transaction.
-        That was about half of its ~16 us per record. Here those run once, and each record goes
-        straight to the client's accumulator, with the same size check and sender wake-up as
-        ``send()``. Guarded: a client without these internals takes the plain route."""
-        producer = None
-        count = bytes_sent = 0
+        Here those run once, and each record goes straight to the client's accumulator, with
+        the same size check and sender wake-up as ``send()`` (benchmarks/README.md, figure 2).
+        Guarded: a client without these internals takes the plain route."""
+        count = 0
         try:
             producer = self._begin()
             accumulator = getattr(producer, "_accumulator", None)
             manager = getattr(producer, "_transaction_manager", None)
             if accumulator is None or manager is None or not hasattr(producer, "_ensure_valid_record_size"):
                 for key, value in entries:
-                    self._sent.append(producer.send(topic, value=value, key=key, partition=partition))
+                    self.send(topic, value=value, key=key, partition=partition)
                     count += 1
-                    bytes_sent += len(value or b"") + len(key)
                 return count
             if producer._metadata.partitions_for_topic(topic) is None:
                 producer._wait_on_metadata(topic, producer.config["max_block_ms"])
@@ -111,15 +106,15 @@ class Transactions:
                     wakeup()
                 sent.append(future)
                 count += 1
-                bytes_sent += len(value or b"") + len(key)
-            return count
+                self.bytes_sent += len(value or b"") + len(key)
         except (KafkaError, ValueError, AssertionError) as exc:
-            self._end_failed()
-            raise CheckpointFailed(
-                f"send to {topic} failed: {_describe(exc)}", _too_large(exc), topic
-            ) from None
-        finally:
-            self.bytes_sent += bytes_sent
+            raise self._send_failed(topic, exc) from None
+        return count
+
+    def _send_failed(self, topic: str, exc: Exception) -> CheckpointFailed:
+        """End the transaction after a failed send; the error to raise."""
+        self._end_failed()
+        return CheckpointFailed(f"send to {topic} failed: {_describe(exc)}", _too_large(exc), topic)
 
     def commit(self, offsets: dict[Any, Any], group_metadata: Any) -> None:
         """Commit everything sent since the last commit, with ``offsets``, as one transaction."""
