@@ -19,7 +19,7 @@ from tests.integration.test_daemon import (
     assert_metrics_equal_replay,
     produce_flush,
     replay_report,
-    settled_with_flush,
+    settled,
     time_ordered,
     ts_of,
 )
@@ -41,13 +41,20 @@ def live_log(seed: int, n_queries: int = 600):
 
 
 class Feed(threading.Thread):
-    """Produces the records in time order, a batch at a time, while the test does other things,
-    then a far-future impression in every partition (:func:`produce_flush`), so that the log
-    settles at once (:func:`settled_with_flush`)."""
+    """Produces the records in time order, a batch at a time, while the test does other things;
+    with ``flush``, then a far-future impression in every partition (:func:`produce_flush`),
+    so that the log settles at once (``settled_with_flush``)."""
 
-    def __init__(self, topics: Topics, impressions: list[bytes], events: list[bytes], seconds: float):
+    def __init__(
+        self,
+        topics: Topics,
+        impressions: list[bytes],
+        events: list[bytes],
+        seconds: float,
+        flush: bool = False,
+    ):
         super().__init__(daemon=True)
-        self.topics = topics
+        self.topics, self.flush = topics, flush
         merged = [(topics.impressions, r) for r in impressions] + [(topics.clicks, r) for r in events]
         self.records = sorted(merged, key=lambda tr: ts_of(tr[1]) or 0.0)
         self.bootstrap = topics.bootstrap
@@ -62,7 +69,8 @@ class Feed(threading.Thread):
                 time.sleep(self.pause)
         producer.flush()
         producer.close()
-        produce_flush(self.topics)
+        if self.flush:
+            produce_flush(self.topics, self.topics.partitions)
 
 
 #: The feeds run event time ~25x faster than the wall clock; the usual skew between topics (a
@@ -77,6 +85,11 @@ def config_with_kafka(topics: Topics, path, instance: str | None = None, **extra
     return config
 
 
+def settled_with_flush(topics: Topics, total: int):
+    """Every record of the log and the flush records consumed, all but the flush queries settled."""
+    return settled(total + topics.partitions, still_open=topics.partitions)
+
+
 def wait_processing(daemon: Daemon, at_least: float) -> None:
     daemon.wait_until(
         lambda m: value(m, "streameval_records_consumed_total") >= at_least, what=f">= {at_least} consumed"
@@ -88,7 +101,7 @@ def test_sigkill_twice_during_live_traffic_ends_exact(tmp_path, topics: Topics, 
     total = len(impressions) + len(events)
     topics.create(partitions=3)
     config = config_with_kafka(topics, tmp_path / "c.toml", instance="kill-test")
-    feed = Feed(topics, impressions, events, seconds=25)
+    feed = Feed(topics, impressions, events, seconds=25, flush=True)
     daemon = Daemon(config)
     daemons.append(daemon)
     daemon.wait_until(lambda m: value(m, "streameval_ready") == 1, what="ready")
@@ -114,7 +127,7 @@ def test_sigterm_restart_mid_traffic_ends_exact(tmp_path, topics: Topics, daemon
     total = len(impressions) + len(events)
     topics.create(partitions=2)
     config = config_with_kafka(topics, tmp_path / "c.toml")
-    feed = Feed(topics, impressions, events, seconds=15)
+    feed = Feed(topics, impressions, events, seconds=15, flush=True)
     daemon = Daemon(config)
     daemons.append(daemon)
     daemon.wait_until(lambda m: value(m, "streameval_ready") == 1, what="ready")
@@ -142,7 +155,7 @@ def test_two_members_one_killed_the_survivor_holds_everything(tmp_path, topics: 
     daemons += [a, b]
     for d in (a, b):
         d.wait_until(lambda m: value(m, "streameval_ready") == 1, what="ready")
-    feed = Feed(topics, impressions, events, seconds=20)
+    feed = Feed(topics, impressions, events, seconds=20, flush=True)
     feed.start()
     b.wait_until(lambda m: value(m, "streameval_records_consumed_total") >= 0.15 * total, what="b consumed")
     time.sleep(1.5)
@@ -173,7 +186,7 @@ def test_a_member_joining_and_leaving_moves_only_the_partitions_that_change_owne
     a = Daemon(a_config)
     daemons.append(a)
     a.wait_until(lambda m: value(m, "streameval_ready") == 1 and len(owned(m)) == 4, what="a holds all")
-    feed = Feed(topics, impressions, events, seconds=20)
+    feed = Feed(topics, impressions, events, seconds=20, flush=True)
     feed.start()
     wait_processing(a, 0.2 * total)
     b = Daemon(b_config)
@@ -203,7 +216,7 @@ def test_first_start_creates_the_changelog_and_an_unreadable_record_stops_with_i
     topics.create(partitions=1)
     topics.produce(topics.impressions, impressions)
     topics.produce(topics.clicks, events)
-    produce_flush(topics)
+    produce_flush(topics, 1)
     config = config_with_kafka(topics, tmp_path / "c.toml")
     daemon = Daemon(config)
     daemons.append(daemon)
