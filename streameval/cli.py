@@ -215,9 +215,11 @@ def _parser() -> argparse.ArgumentParser:
     groups[INPUTS].add_argument(
         "--events",
         required=True,
-        action="append",
+        action="extend",
+        nargs="+",
         metavar="FILE",
-        help="engagement events JSONL (repeatable)",
+        help="engagement events JSONL: one or more files (--events a.jsonl b.jsonl, or --events "
+        "repeated)",
     )
     groups[INPUTS].add_argument(
         "--format", choices=("table", "json"), default="table", help="output format (default: table)"

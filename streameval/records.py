@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -80,46 +80,25 @@ class _Bad(Exception):
         self.detail = detail
 
 
-#: "YYYY-MM-DDTHH:MM:SS" -> Unix seconds, for the common "...Z" times (cleared when large)
-_UTC_SECONDS: dict[str, int] = {}
-_UTC_SECONDS_MAX = 100_000
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_SECOND = timedelta(seconds=1)
-
-
-def _utc_z(text: str) -> float | None:
-    """The value :func:`parse_ts` gives for ``YYYY-MM-DDTHH:MM:SS[.fff|.ffffff]Z`` -- the form
-    most logs use -- or None for any other text (which then takes the general route). The date
-    and time of day are parsed once per distinct second; the same integer microseconds divided
-    by 10**6 as ``datetime.timestamp`` gives the same float."""
-    n = len(text)
-    if text[-1:] != "Z" or (n != 20 and n != 24 and n != 27) or text[10] != "T":
+def _iso_with_offset(text: str) -> float | None:
+    """The value :func:`parse_ts` gives for a time with an offset in the form Python reads
+    directly (``2026-01-01T00:00:00.001Z``, ``...+00:00``) -- the forms most logs use -- or None
+    for anything else, which then takes the general route (surrounding blanks, no offset, or not
+    a time). One call into C: an aware datetime's ``timestamp()`` is its integer microseconds
+    since the epoch divided by 10**6, as the general route computes it."""
+    try:
+        moment = datetime.fromisoformat(text)
+        if moment.tzinfo is None:
+            return None  # the general route reads it as UTC
+        return moment.timestamp()
+    except (ValueError, OverflowError):
         return None
-    if n == 20:
-        micro = 0
-    else:
-        digits = text[20:-1]
-        if text[19] != "." or not (digits.isascii() and digits.isdigit()):
-            return None
-        micro = int(digits) * (1000 if n == 24 else 1)
-    head = text[:19]
-    seconds = _UTC_SECONDS.get(head)
-    if seconds is None:
-        try:
-            moment = datetime.fromisoformat(head + "+00:00")
-        except ValueError:
-            return None
-        seconds = (moment - _EPOCH) // _SECOND
-        if len(_UTC_SECONDS) >= _UTC_SECONDS_MAX:
-            _UTC_SECONDS.clear()
-        _UTC_SECONDS[head] = seconds
-    return (seconds * 1_000_000 + micro) / 1_000_000
 
 
 def parse_ts(value: Any, name: str = "ts") -> float:
     """Unix seconds from a number or an RFC 3339 string (no offset is read as UTC)."""
     if type(value) is str:
-        seconds = _utc_z(value)
+        seconds = _iso_with_offset(value)
         if seconds is not None:
             return seconds
     if isinstance(value, bool):
@@ -184,6 +163,22 @@ def _object_or_none(raw: bytes | str) -> dict[str, Any] | None:
     return obj if type(obj) is dict else None
 
 
+def _int_items(items: list[Any]) -> list[str] | None:
+    """A list of integer item ids as strings (``str(5)`` is ``"5"``), or None when it holds
+    anything else (the checked path then decides). orjson writes the list and the text is split
+    in C: ~3x faster than ``str()`` per item, for logs whose ids are all integers."""
+    try:
+        text = orjson.dumps(items)
+    except TypeError:  # an integer beyond 64 bits
+        return None
+    inner = text[1:-1]
+    # only digits, signs and commas inside the brackets: every element is an integer (a
+    # bool, float, string, list or null would leave a letter, dot, quote or bracket)
+    if inner.translate(None, b"0123456789-,"):
+        return None
+    return inner.decode().split(",")
+
+
 #: a good impression as query_id, ts, items and group labels
 ImpressionFields = tuple[str, float, Sequence[str], tuple[str, ...]]
 
@@ -208,7 +203,7 @@ def decode_impression_fields(raw: bytes | str, group_by: Collection[str]) -> Imp
         query_id = obj.get("query_id")
         ts = obj.get("ts")
         if type(ts) is str:
-            ts = _utc_z(ts)  # None for any other form: the checked path reads those
+            ts = _iso_with_offset(ts)  # None for any other form: the checked path reads those
         items = obj.get("items")
         if (
             type(query_id) is str
@@ -218,19 +213,22 @@ def decode_impression_fields(raw: bytes | str, group_by: Collection[str]) -> Imp
             and items
         ):
             group = tuple([obj.get(name) for name in group_by])
-            try:
-                # str.join accepts only strings: a one-call type check of every item and label
-                "".join(items)
-            except TypeError:
-                # integer item ids, normalised as the checked path does (a bool is not an int
-                # here; str() of a string is the string itself)
-                if _STRING_OR_INT.issuperset(map(type, items)):
-                    items = list(map(str, items))
-                else:
-                    items = None
-            if items is not None and None not in group:
+            if None in group:  # an absent or null label is "unknown", as on the checked path
+                group = tuple([UNKNOWN_GROUP if label is None else label for label in group])
+            ints = _int_items(items) if type(items[0]) is int else None
+            if ints is not None:
+                items = ints
+            else:
                 try:
-                    "".join(group)  # type: ignore[arg-type]
+                    # str.join accepts only strings: a one-call type check of every item
+                    "".join(items)
+                except TypeError:
+                    # integer item ids among strings, normalised as the checked path does (a
+                    # bool is not an int here; str() of a string is the string itself)
+                    items = list(map(str, items)) if _STRING_OR_INT.issuperset(map(type, items)) else None
+            if items is not None:
+                try:
+                    "".join(group)  # type: ignore[arg-type]  # the same check of every label
                     return query_id, float(ts), items, group  # type: ignore[return-value]
                 except TypeError:
                     pass
@@ -281,7 +279,7 @@ def decode_event(
             event_type = default_type
         ts = obj.get("ts")
         if type(ts) is str:
-            ts = _utc_z(ts)
+            ts = _iso_with_offset(ts)
         if type(item) is int:
             item = str(item)  # integer item ids are normalised to strings
         event_id = obj.get("event_id")

@@ -39,6 +39,15 @@ def test_replay_shipped_example_json() -> None:
     assert all(set(g["labels"]) == {"model", "surface"} for g in report["groups"])
 
 
+def test_replay_takes_several_event_files_after_one_flag() -> None:
+    both = ("--events", "examples/clicks.jsonl", "examples/purchases.jsonl", "--format", "json")
+    out = streameval("replay", "--impressions", "examples/impressions.jsonl", *both)
+    repeated = streameval("replay", *EXAMPLE, "--events", "examples/purchases.jsonl", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == repeated.stdout
+    assert json.loads(out.stdout)["inputs"]["records"] > 0
+
+
 def test_replay_table(tmp_path) -> None:
     imps, evs = random_log(random.Random(1)).write(tmp_path)
     out = streameval("replay", "--impressions", str(imps), "--events", str(evs))
