@@ -218,8 +218,7 @@ def _parser() -> argparse.ArgumentParser:
         action="extend",
         nargs="+",
         metavar="FILE",
-        help="engagement events JSONL: one or more files (--events a.jsonl b.jsonl, or --events "
-        "repeated)",
+        help="engagement events JSONL: one or more files (--events a.jsonl b.jsonl, or --events repeated)",
     )
     groups[INPUTS].add_argument(
         "--format", choices=("table", "json"), default="table", help="output format (default: table)"
