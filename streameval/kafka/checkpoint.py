@@ -25,6 +25,9 @@ from kafka.errors import KafkaError, KafkaTimeoutError, MessageSizeTooLargeError
 
 log = logging.getLogger(__name__)
 
+#: more than a record batch's header and one record's lengths, offsets and flags take
+RECORD_FRAMING_BOUND = 1024
+
 
 class CheckpointFailed(Exception):
     """The open transaction could not be committed; it has been ended (nothing of it is visible).
@@ -75,20 +78,30 @@ class Transactions:
 
         kafka-python's ``send()`` redoes per record what a checkpoint needs once per partition:
         argument and header checks, serializer calls, the metadata lookup, the partitioner, a
-        debug line formatted whether logged or not, adding the partition to the transaction.
-        Here those run once, and each record goes straight to the client's accumulator, with
-        the same size check and sender wake-up as ``send()`` (benchmarks/README.md, figure 2).
-        Guarded: a client without these internals takes the plain route."""
+        debug line formatted whether logged or not, adding the partition to the transaction;
+        and its accumulator makes a future per record. Here those run once: each record is
+        written straight into the partition's open batch (under the accumulator's lock for the
+        partition, as its own ``append`` does), and only a record that opens a new batch goes
+        through the accumulator, whose future for it stands for the batch -- a transaction
+        commits all of its batches or none, and ``commit`` waits for every one
+        (benchmarks/README.md, figure 2). Guarded: a client without these internals takes the
+        plain route."""
         count = 0
         try:
             producer = self._begin()
             accumulator = getattr(producer, "_accumulator", None)
             manager = getattr(producer, "_transaction_manager", None)
-            if accumulator is None or manager is None or not hasattr(producer, "_ensure_valid_record_size"):
+            if not (
+                hasattr(accumulator, "_tp_lock")
+                and hasattr(accumulator, "_batches")
+                and manager is not None
+                and hasattr(producer, "_ensure_valid_record_size")
+            ):
                 for key, value in entries:
                     self.send(topic, value=value, key=key, partition=partition)
                     count += 1
                 return count
+            assert accumulator is not None
             if producer._metadata.partitions_for_topic(topic) is None:
                 producer._wait_on_metadata(topic, producer.config["max_block_ms"])
             tp = TopicPartition(topic, partition)
@@ -96,17 +109,29 @@ class Transactions:
             no_headers: list[tuple[str, bytes]] = []
             append, sent = accumulator.append, self._sent
             estimate, check = producer._estimate_size_in_bytes, producer._ensure_valid_record_size
+            # below this a record cannot reach max_request_size, whatever its framing
+            surely_fits = producer.config["max_request_size"] - RECORD_FRAMING_BOUND
             wakeup = producer._sender.wakeup
+            lock, batches = accumulator._tp_lock(tp), accumulator._batches
+            timestamp_ms = int(time.time() * 1000)
+            sent_bytes = 0
             for key, value in entries:
-                check(estimate(key, value, no_headers))
-                future, batch_is_full, new_batch, _ = append(
-                    tp, None, key, value, no_headers, abort_on_new_batch=False
-                )
-                if batch_is_full or new_batch:
-                    wakeup()
+                size = len(key) + (len(value) if value is not None else 0)
+                sent_bytes += size
+                if size > surely_fits:
+                    check(estimate(key, value, no_headers))
+                with lock:
+                    queue = batches[tp]
+                    # the newest batch of a partition is open until the sender takes it, which
+                    # it does under this lock; append() answers None when it is full
+                    if queue and queue[-1].records.append(timestamp_ms, key, value, no_headers) is not None:
+                        count += 1
+                        continue
+                future, _, _, _ = append(tp, timestamp_ms, key, value, no_headers, abort_on_new_batch=False)
+                wakeup()
                 sent.append(future)
                 count += 1
-                self.bytes_sent += len(value or b"") + len(key)
+            self.bytes_sent += sent_bytes
         except (KafkaError, ValueError, AssertionError) as exc:
             raise self._send_failed(topic, exc) from None
         return count
