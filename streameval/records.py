@@ -62,7 +62,12 @@ class Engagement:
         """``event_id`` when given, else (query_id, item, type, ts)."""
         if self.event_id is not None:
             return self.event_id
-        return (self.query_id, self.item, self.type, repr(self.ts))
+        return fields_key(self.query_id, self.item, self.type, self.ts)
+
+
+def fields_key(query_id: str, item: str, event_type: str, ts: float) -> tuple[str, ...]:
+    """The dedup key of an event without an ``event_id``."""
+    return (query_id, item, event_type, repr(ts))
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,11 +270,26 @@ def _decode_impression_checked(
     return Impression(query_id, ts, ids, tuple(group))
 
 
+#: a good event as query_id, item, type, ts and event_id (None when it has none)
+EventFields = tuple[str, str, str, float, str | None]
+
+
 def decode_event(
     raw: bytes | str, grades: Mapping[str, float], default_type: str | None = None
 ) -> Engagement | Rejection:
     """Decode one engagement event; ``default_type`` is the type its topic maps to, if any."""
-    # fast path, as in decode_impression
+    fields = decode_event_fields(raw, grades, default_type)
+    if type(fields) is Rejection:
+        return fields
+    return Engagement(*fields)  # type: ignore[misc]
+
+
+def decode_event_fields(
+    raw: bytes | str, grades: Mapping[str, float], default_type: str | None = None
+) -> EventFields | Rejection:
+    """What :func:`decode_event` decides, as a tuple of its fields, without building an
+    :class:`Engagement` (``replay`` keeps only these)."""
+    # fast path, as in decode_impression_fields
     obj = _object_or_none(raw)
     if obj is not None:
         query_id = obj.get("query_id")
@@ -292,8 +312,11 @@ def decode_event(
             and (event_id is None or type(event_id) is str)
             and event_type in grades
         ):
-            return Engagement(query_id, item, event_type, float(ts), event_id)
-    return _decode_event_checked(raw, grades, default_type, obj)
+            return query_id, item, event_type, float(ts), event_id
+    record = _decode_event_checked(raw, grades, default_type, obj)
+    if type(record) is Rejection:
+        return record
+    return record.query_id, record.item, record.type, record.ts, record.event_id  # type: ignore[union-attr]
 
 
 def _decode_event_checked(

@@ -23,11 +23,12 @@ from streameval.config import Settings
 from streameval.errors import InputError
 from streameval.pipeline import Pipeline
 from streameval.records import (
-    Engagement,
+    EventFields,
     ImpressionFields,
     Rejection,
-    decode_event,
+    decode_event_fields,
     decode_impression_fields,
+    fields_key,
 )
 from streameval.scoring import Sums
 from streameval.scoring.query import compact
@@ -120,16 +121,16 @@ class _Reader:
         decode = functools.partial(decode_impression_fields, group_by=self.settings.group_by)
         return self._records(path, self.settings.impressions_topic, decode)  # type: ignore[return-value]
 
-    def events(self, path: str) -> Iterator[Engagement]:
+    def events(self, path: str) -> Iterator[EventFields]:
         topic = Path(path).stem
-        decode = functools.partial(
-            decode_event, grades=self.settings.grades, default_type=self.settings.topic_types.get(topic)
-        )
+        default_type = self.settings.topic_types.get(topic)
+        grades = self.settings.grades
+        decode = functools.partial(decode_event_fields, grades=grades, default_type=default_type)
         return self._records(path, topic, decode)  # type: ignore[return-value]
 
     def _records(
-        self, path: str, topic: str, decode: Callable[[bytes], ImpressionFields | Engagement | Rejection]
-    ) -> Iterator[ImpressionFields | Engagement]:
+        self, path: str, topic: str, decode: Callable[[bytes], ImpressionFields | EventFields | Rejection]
+    ) -> Iterator[ImpressionFields | EventFields]:
         progress, mask, rejected = self.progress, self.progress.mask, self.counters.rejected
         read = self.read
         try:
@@ -161,7 +162,7 @@ def _entry_ts(entry: list[Any]) -> float:
 def join_in_batch(
     pipeline: Pipeline,
     impressions: Iterable[ImpressionFields],
-    events: Iterable[Engagement],
+    events: Iterable[EventFields],
     keep: list[object] | None = None,
     progress: Progress | None = None,
 ) -> None:
@@ -207,14 +208,15 @@ def join_in_batch(
                 del kept[query_id]
                 kept[query_id] = [ts, group, compact(items), None]
     counters.duplicates["impressions"] += duplicates
-    seen: dict[tuple[str, ...] | str, Engagement] = {}
+    seen: dict[tuple[str, ...] | str, EventFields] = {}
     duplicates = 0
     for ev in events:
-        key = ev.event_id if ev.event_id is not None else ev.dedup_key
+        query_id, item, event_type, ts, event_id = ev
+        key = event_id if event_id is not None else fields_key(query_id, item, event_type, ts)
         first = seen.setdefault(key, ev)
         if first is not ev:
             duplicates += 1
-            if ev.ts < first.ts:  # copies of an event_id may differ: the earliest counts
+            if ts < first[3]:  # copies of an event_id may differ: the earliest counts
                 seen[key] = ev
     counters.duplicates["events"] += duplicates
 
@@ -223,24 +225,24 @@ def join_in_batch(
     settings = pipeline.settings
     rules = {t: (grade, settings.horizon_for(t)) for t, grade in settings.grades.items()}
     unknown = before = after = n_attributed = 0
-    for ev in seen.values():
-        entry = kept.get(ev.query_id)
+    for query_id, item, event_type, ts, _ in seen.values():
+        entry = kept.get(query_id)
         if entry is None:
             unknown += 1
             continue
-        grade, horizon = rules[ev.type]
+        grade, horizon = rules[event_type]
         imp_ts = entry[0]
-        if ev.ts < imp_ts:
+        if ts < imp_ts:
             before += 1
-        elif ev.ts > imp_ts + horizon:
+        elif ts > imp_ts + horizon:
             after += 1
         else:
             n_attributed += 1
             best = entry[3]
             if best is None:
-                entry[3] = {ev.item: grade}
-            elif grade > best.get(ev.item, -math.inf):
-                best[ev.item] = grade
+                entry[3] = {item: grade}
+            elif grade > best.get(item, -math.inf):
+                best[item] = grade
     verdicts = {"before_impression": before, "after_horizon": after, "unknown_query": unknown}
     for reason, count in verdicts.items():
         if count:

@@ -105,7 +105,11 @@ def test_replay_batch_join_is_the_pipeline_on_time_ordered_input(seed, lateness,
 
     daemon = run(sorted(imps + evs, key=lambda r: r.ts), settings, remember=True)
     replay = Pipeline(settings)
-    join_in_batch(replay, [(i.query_id, i.ts, i.items, i.group) for i in imps], evs)
+    join_in_batch(
+        replay,
+        [(i.query_id, i.ts, i.items, i.group) for i in imps],
+        [(e.query_id, e.item, e.type, e.ts, e.event_id) for e in evs],
+    )
     assert replay.counters == daemon.counters
     assert settled_parts(replay) == settled_parts(daemon)
     assert list(replay.group_cap.known) == list(daemon.group_cap.known)  # admitted in one order
