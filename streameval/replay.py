@@ -213,8 +213,10 @@ def join_in_batch(
     for ev in events:
         query_id, item, event_type, ts, event_id = ev
         key = event_id if event_id is not None else fields_key(query_id, item, event_type, ts)
-        first = seen.setdefault(key, ev)
-        if first is not ev:
+        first = seen.get(key)
+        if first is None:
+            seen[key] = ev
+        else:
             duplicates += 1
             if ts < first[3]:  # copies of an event_id may differ: the earliest counts
                 seen[key] = ev
