@@ -205,7 +205,7 @@ _tails = st.one_of(
 
 
 @given(_heads, _tails)
-def test_the_utc_shortcut_gives_what_the_general_route_gives(head, tail) -> None:
+def test_the_offset_shortcut_gives_what_the_general_route_gives(head, tail) -> None:
     from streameval.records import _Bad, _iso_with_offset
 
     text = head + tail
@@ -220,7 +220,7 @@ def test_the_utc_shortcut_gives_what_the_general_route_gives(head, tail) -> None
     assert got == expected, text
 
 
-def test_the_utc_shortcut_takes_the_common_forms() -> None:
+def test_the_offset_shortcut_takes_the_common_forms() -> None:
     from streameval.records import _iso_with_offset
 
     assert _iso_with_offset("2026-01-01T00:00:00Z") == 1767225600.0
