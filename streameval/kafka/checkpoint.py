@@ -124,12 +124,16 @@ class Transactions:
                     queue = batches[tp]
                     # the newest batch of a partition is open until the sender takes it, which
                     # it does under this lock; append() answers None when it is full
-                    if queue and queue[-1].records.append(timestamp_ms, key, value, no_headers) is not None:
-                        count += 1
-                        continue
-                future, _, _, _ = append(tp, timestamp_ms, key, value, no_headers, abort_on_new_batch=False)
-                wakeup()
-                sent.append(future)
+                    written = (
+                        bool(queue)
+                        and queue[-1].records.append(timestamp_ms, key, value, no_headers) is not None
+                    )
+                if not written:  # no open batch with room: the accumulator opens one
+                    future, _, _, _ = append(
+                        tp, timestamp_ms, key, value, no_headers, abort_on_new_batch=False
+                    )
+                    wakeup()
+                    sent.append(future)
                 count += 1
             self.bytes_sent += sent_bytes
         except (KafkaError, ValueError, AssertionError) as exc:
