@@ -201,8 +201,8 @@ def decode_impression_fields(raw: bytes | str, group_by: Collection[str]) -> Imp
     """What :func:`decode_impression` decides, as query_id, ts, items and group, without building
     an :class:`Impression` (``replay`` keeps only these)."""
     # Fast path for the common, well-formed record: exact type checks, no exceptions. Anything
-    # it does not accept goes through the checked path, which finds the reason (or accepts an
-    # integer item id, a null group field).
+    # it does not accept goes through the checked path, which finds the reason (or accepts what
+    # the fast path leaves to it, such as a time without an offset).
     obj = _object_or_none(raw)
     if obj is not None:
         query_id = obj.get("query_id")
