@@ -168,14 +168,20 @@ def flush_records(partitions: int, ts: float) -> list[tuple[int, bytes]]:
     ]
 
 
-def produce_flush(topics: Topics, partitions: int) -> None:
+def produce_flush(topics: Topics) -> None:
     """:func:`flush_records` into every partition of the impressions topic: a live log then
     settles at once rather than after the allowed lateness and horizon of wall time."""
     producer = KafkaProducer(bootstrap_servers=topics.bootstrap)
-    for partition, raw in flush_records(partitions, T0 + 10 * 86400):
+    for partition, raw in flush_records(topics.partitions, T0 + 10 * 86400):
         producer.send(topics.impressions, value=raw, key=raw, partition=partition)
     producer.flush()
     producer.close()
+
+
+def settled_with_flush(topics: Topics, total: int):
+    """The ``total`` records of the log and the flush records (:func:`produce_flush`) consumed,
+    everything but the flush queries settled."""
+    return settled(total + topics.partitions, still_open=topics.partitions)
 
 
 def test_backlog_gives_the_same_values_as_a_slow_feed(tmp_path, topics: Topics, daemons) -> None:
@@ -254,12 +260,12 @@ def test_a_backlog_larger_than_the_buffers_pauses_resumes_and_loses_nothing(
     topics.create(partitions=1)
     topics.produce(topics.impressions, impressions)
     topics.produce(topics.clicks, events)
-    produce_flush(topics, 1)
+    produce_flush(topics)
     config = topics.config(tmp_path / "big.toml", **DAEMON_CONFIG)
     daemon = Daemon(config)
     daemons.append(daemon)
     metrics = daemon.wait_until(
-        settled(len(impressions) + len(events) + 1, still_open=1), timeout=180, what="big backlog settled"
+        settled_with_flush(topics, len(impressions) + len(events)), timeout=180, what="big backlog settled"
     )
     assert_metrics_equal_replay(metrics, replay_report(tmp_path, config, impressions, events))
     assert daemon.stop() == 0
@@ -278,7 +284,7 @@ def test_rebalances_that_keep_the_partitions_lose_and_repeat_nothing(tmp_path, t
     )
     topics.produce(topics.impressions, impressions)
     topics.produce(topics.clicks, events)
-    produce_flush(topics, 3)
+    produce_flush(topics)
     config = topics.config(tmp_path / "c.toml", **DAEMON_CONFIG)
     daemon = Daemon(config)
     daemons.append(daemon)
@@ -297,7 +303,7 @@ def test_rebalances_that_keep_the_partitions_lose_and_repeat_nothing(tmp_path, t
         member.close()
     total = len(impressions) + len(events)
     metrics = daemon.wait_until(
-        settled(total + 3, still_open=3), timeout=180, what="settled after rebalances"
+        settled_with_flush(topics, total), timeout=180, what="settled after rebalances"
     )
     assert daemon.output().count("restoring state from") == 1  # at start only
     assert_metrics_equal_replay(metrics, replay_report(tmp_path, config, impressions, events))

@@ -20,7 +20,7 @@ from tests.integration.test_daemon import (
     assert_metrics_equal_replay,
     produce_flush,
     replay_report,
-    settled,
+    settled_with_flush,
     time_ordered,
 )
 from tests.integration.test_recovery import LIVE_CONFIG, Feed
@@ -49,13 +49,13 @@ def test_poison_records_reach_a_small_dead_letter_topic_cut_to_fit(tmp_path, top
     )
     topics.produce(topics.impressions, impressions)
     topics.produce(topics.clicks, events)
-    produce_flush(topics, 2)
+    produce_flush(topics)
     config = topics.config(tmp_path / "c.toml", **DAEMON_CONFIG)
     daemon = Daemon(config)
     daemons.append(daemon)
     total = len(impressions) + len(events)
     metrics = daemon.wait_until(
-        settled(total + 2, still_open=2), timeout=120, what="settled with poison records"
+        settled_with_flush(topics, total), timeout=120, what="settled with poison records"
     )
     assert_metrics_equal_replay(metrics, replay_report(tmp_path, config, impressions, events))
 
@@ -107,7 +107,7 @@ class TwoHalves:
     test does something to the daemon's world, and :meth:`second_half` must still end exact."""
 
     def __init__(self, tmp_path, topics: Topics, daemons: list, seed: int, partitions: int) -> None:
-        self.tmp_path, self.topics, self.partitions = tmp_path, topics, partitions
+        self.tmp_path, self.topics = tmp_path, topics
         self.impressions, self.events, self.half_i, self.half_e = two_halves(seed)
         topics.create(partitions=partitions)
         topics.produce(topics.impressions, self.impressions[: self.half_i])
@@ -132,12 +132,12 @@ class TwoHalves:
         feed = Feed(self.topics, self.impressions[self.half_i :], self.events[self.half_e :], seconds=12.0)
         feed.start()
         feed.join()
-        produce_flush(self.topics, self.partitions)
+        produce_flush(self.topics)
 
     def check(self, daemon: Daemon) -> dict:
         """``daemon`` settles every record, and its values equal replay's on the whole log."""
         metrics = daemon.wait_until(
-            settled(len(self.impressions) + len(self.events) + self.partitions, still_open=self.partitions),
+            settled_with_flush(self.topics, len(self.impressions) + len(self.events)),
             timeout=180,
             what="second half settled",
         )
@@ -243,7 +243,7 @@ def test_sigterm_during_a_slow_commit_exits_1_in_time_and_loses_nothing(
     daemon = Daemon(slow)
     daemons.append(daemon)
     run.produce_second()
-    total = len(run.impressions) + len(run.events) + run.partitions
+    total = len(run.impressions) + len(run.events) + topics.partitions
     daemon.wait_until(lambda m: value(m, "streameval_records_consumed_total") == total, what="all consumed")
     pid = broker_pid(command, env)
     os.kill(pid, signal.SIGSTOP)

@@ -19,7 +19,7 @@ from tests.integration.test_daemon import (
     assert_metrics_equal_replay,
     produce_flush,
     replay_report,
-    settled,
+    settled_with_flush,
     time_ordered,
     ts_of,
 )
@@ -70,7 +70,7 @@ class Feed(threading.Thread):
         producer.flush()
         producer.close()
         if self.flush:
-            produce_flush(self.topics, self.topics.partitions)
+            produce_flush(self.topics)
 
 
 #: The feeds run event time ~25x faster than the wall clock; the usual skew between topics (a
@@ -83,11 +83,6 @@ def config_with_kafka(topics: Topics, path, instance: str | None = None, **extra
     if instance is not None:
         config.write_text(config.read_text() + f'\n[kafka]\ngroup_instance_id = "{instance}"\n')
     return config
-
-
-def settled_with_flush(topics: Topics, total: int):
-    """Every record of the log and the flush records consumed, all but the flush queries settled."""
-    return settled(total + topics.partitions, still_open=topics.partitions)
 
 
 def wait_processing(daemon: Daemon, at_least: float) -> None:
@@ -216,7 +211,7 @@ def test_first_start_creates_the_changelog_and_an_unreadable_record_stops_with_i
     topics.create(partitions=1)
     topics.produce(topics.impressions, impressions)
     topics.produce(topics.clicks, events)
-    produce_flush(topics, 1)
+    produce_flush(topics)
     config = config_with_kafka(topics, tmp_path / "c.toml")
     daemon = Daemon(config)
     daemons.append(daemon)
