@@ -223,6 +223,14 @@ def _parser() -> argparse.ArgumentParser:
     groups[INPUTS].add_argument(
         "--format", choices=("table", "json"), default="table", help="output format (default: table)"
     )
+    groups[INPUTS].add_argument(
+        "--workers",
+        type=_workers,
+        metavar="N",
+        help="processes that read and decode the files, each a part of every file; the join is one "
+        "process's, and the report is the same with any N (default: the usable CPUs, at most 4, "
+        "for 4 MiB of input or more; else 1)",
+    )
     _add_config_flags(groups, _DEFINITION_KEYS)
 
     run = commands.add_parser(
@@ -279,6 +287,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _workers(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return n
+
+
 def _run(args: argparse.Namespace) -> int:
     from streameval.daemon import run
 
@@ -291,7 +309,7 @@ def _replay(args: argparse.Namespace) -> int:
     settings = _settings(args)
     # the program exits after the report: its records are left for the end of the process
     keep = _LEFT_TO_EXIT if args.program else None
-    pipeline = run_replay(settings, args.impressions, args.events, keep=keep)
+    pipeline = run_replay(settings, args.impressions, args.events, keep=keep, workers=args.workers)
     report = build_report(pipeline)
     if args.format == "json":
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")

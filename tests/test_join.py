@@ -83,6 +83,7 @@ def test_replay_batch_join_is_the_pipeline_on_time_ordered_input(seed, lateness,
     # replay's batch join (files in any order within themselves) against the daemon's pipeline
     # remembering until the end, fed the stable time-ordered merge (impressions first)
     from streameval.replay import join_in_batch
+    from streameval.scoring.query import compact
 
     settings = load_settings(
         None,
@@ -107,7 +108,7 @@ def test_replay_batch_join_is_the_pipeline_on_time_ordered_input(seed, lateness,
     replay = Pipeline(settings)
     join_in_batch(
         replay,
-        [(i.query_id, i.ts, i.items, i.group) for i in imps],
+        [(i.query_id, i.ts, compact(i.items), i.group) for i in imps],
         [(e.query_id, e.item, e.type, e.ts, e.event_id) for e in evs],
     )
     assert replay.counters == daemon.counters

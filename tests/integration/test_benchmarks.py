@@ -40,6 +40,7 @@ def test_benchmark_command_writes_all_six_figures(bootstrap, tmp_path) -> None:
     for name, figure in figures.items():
         assert "skipped" not in figure or name in optional, f"{name}: {figure}"
     assert figures["1_replay"]["ratio"] > 0
+    assert figures["1_replay"]["same_report"] is True  # in one process and in several
     if "compiled_ratio" in figures["1_replay"]:  # a C compiler was at hand: the same report
         assert figures["1_replay"]["compiled_same_report"] is True
     assert figures["2_daemon"]["ratio"] > 0
