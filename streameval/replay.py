@@ -302,6 +302,8 @@ class _Worker:
     @classmethod
     def start(cls, reader: _Reader, index: int) -> _Worker | None:
         """The worker for part ``index``, or None when no process can be forked."""
+        if not hasattr(os, "fork"):  # not on Windows: its parts are read by the main process
+            return None
         read_end, write_end = os.pipe()
         try:
             pid = os.fork()
