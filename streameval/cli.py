@@ -227,9 +227,9 @@ def _parser() -> argparse.ArgumentParser:
         "--workers",
         type=_workers,
         metavar="N",
-        help="processes that read and decode the files, each a part of every file; the join is one "
-        "process's, and the report is the same with any N (default: the usable CPUs, at most 4, "
-        "for 4 MiB of input or more; else 1)",
+        help="processes that share the work: each decodes a part of every file, then joins and scores "
+        "a share of the queries; the report is the same with any N (default: the usable CPUs, at "
+        "most 4, for 4 MiB of input or more; else 1)",
     )
     _add_config_flags(groups, _DEFINITION_KEYS)
 

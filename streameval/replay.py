@@ -9,6 +9,7 @@ the pipeline costs several times more. Blank lines are not records.
 
 from __future__ import annotations
 
+import array
 import functools
 import gc
 import itertools
@@ -25,7 +26,7 @@ from typing import Any, BinaryIO, NamedTuple, TextIO
 
 from streameval.config import Settings
 from streameval.errors import InputError
-from streameval.pipeline import Counters, Pipeline
+from streameval.pipeline import Pipeline
 from streameval.records import (
     EventFields,
     ImpressionFields,
@@ -34,7 +35,7 @@ from streameval.records import (
     decode_impression_fields,
     fields_key,
 )
-from streameval.scoring import Sums
+from streameval.scoring import Scorer, Sums
 from streameval.scoring.query import compact
 
 PROGRESS_AFTER_S = 2.0
@@ -81,16 +82,16 @@ def run_replay(
 ) -> Pipeline:
     """Read and decode the files, join and score in one batch; returns the finished pipeline.
 
-    ``workers`` processes read and decode the files (None: :func:`default_workers`); the answer
-    is the same with any number. With ``keep``, the records are left in it instead of being
-    freed on return, for a caller that is about to exit (the command line: freeing millions of
-    small objects one by one is work the end of the process does at once).
+    ``workers`` processes share the work (None: :func:`default_workers`; see
+    :func:`_replay_in_shards`); the answer is the same with any number. With ``keep``, the
+    records are left in it instead of being freed on return, for a caller that is about to
+    exit (the command line: freeing millions of small objects one by one is work the end of the
+    process does at once).
     """
     for path in (impressions, *events):
         if not Path(path).is_file():
             raise InputError(f"{path}: no such file" if not Path(path).exists() else f"{path}: not a file")
     progress = progress or Progress()
-    pipeline = Pipeline(settings)  # not fed: it holds the counters, the scorer and the totals
     sources = [_Source(impressions, settings.impressions_topic, _impression_decoder(settings))]
     for path in events:
         topic = Path(path).stem
@@ -102,17 +103,20 @@ def run_replay(
     # forms cycles. It is off for the run and back on afterwards (and off in the workers).
     gc_was_enabled = gc.isenabled()
     gc.disable()
-    reader = _Reader(pipeline.counters, progress, sources, workers)
     try:
-        join_in_batch(
-            pipeline,
-            reader.records(0),
-            reader.records_of(range(1, len(sources))),
-            keep,
-            progress,
-        )
+        pipeline = None
+        if workers > 1:
+            try:
+                pipeline = _replay_in_shards(settings, sources, workers, progress, keep)
+            except _OneProcess as why:
+                progress.stage(f"replaying in one process: {why}")
+        if pipeline is None:
+            # not fed record by record: it holds the counters, the scorer and the totals
+            pipeline = Pipeline(settings)
+            decoding = _Decoding(progress, pipeline.counters.consumed, pipeline.counters.rejected)
+            imps, evs = decoding.records(sources[:1]), decoding.records(sources[1:])
+            join_in_batch(pipeline, imps, evs, keep, progress)
     finally:
-        reader.close()
         if keep is not None:
             gc.freeze()  # what is kept is not garbage: the collector need never scan it again
         if gc_was_enabled:
@@ -120,9 +124,9 @@ def run_replay(
     return pipeline
 
 
-#: inputs smaller than this are read in one process: a worker would cost more than it saves
+#: inputs smaller than this are replayed in one process: a worker would cost more than it saves
 PARALLEL_FROM_BYTES = 4 << 20
-MAX_WORKERS = 4  # beyond this the join, which is one process's, is all that is left
+MAX_WORKERS = 4
 
 
 def default_workers(input_bytes: int) -> int:
@@ -139,12 +143,12 @@ def default_workers(input_bytes: int) -> int:
 
 def _impression_decoder(settings: Settings) -> Callable[[bytes], ImpressionFields | Rejection]:
     group_by = settings.group_by
-    # one tuple per group, held by all its queries (and sent once by a worker: marshal writes
-    # an object it has written before as a reference)
+    # one tuple per group, held by all its queries (and sent once in a batch of records: marshal
+    # writes an object it has written before as a reference)
     shared_labels: dict[tuple[str, ...], tuple[str, ...]] = {}
 
     def decode(raw: bytes) -> ImpressionFields | Rejection:
-        # the shown list as the join keeps it (compact), made here: in the workers when there are
+        # the shown list as the join keeps it (compact), made where the records are decoded
         fields = decode_impression_fields(raw, group_by)
         if type(fields) is Rejection:
             return fields
@@ -166,56 +170,27 @@ class _Source(NamedTuple):
     decode: Callable[[bytes], Any]
 
 
-class _Reader:
+class _Decoding:
     """Decodes the lines of the input files, counting each as consumed and each bad one as
-    rejected by its reason; yields the good records, file by file, in the files' order.
+    rejected by its reason, and yields the good records."""
 
-    With n workers, each file is cut at line ends into n parts of about equal size: this
-    process reads the first, and a forked worker each of the others, which sends its part's
-    records and counts back through a pipe (marshal: the records are tuples of strings and
-    numbers) when this process comes to it. The records come out in the same order as from one
-    process. A worker that cannot be started or dies leaves its parts to this process.
-    """
-
-    def __init__(self, counters: Counters, progress: Progress, sources: list[_Source], workers: int) -> None:
+    def __init__(
+        self,
+        progress: Progress,
+        consumed: Counter[str] | None = None,
+        rejected: Counter[tuple[str, str]] | None = None,
+    ) -> None:
         self.progress = progress
-        self.sources = sources
-        self.consumed, self.rejected = counters.consumed, counters.rejected
+        self.consumed: Counter[str] = Counter() if consumed is None else consumed
+        self.rejected: Counter[tuple[str, str]] = Counter() if rejected is None else rejected
         self.read = 0  # lines read, for the progress lines
-        self.cuts = [_cuts(source.path, workers) for source in sources]
-        self.workers: list[_Worker] = []
-        for index in range(1, workers):
-            worker = _Worker.start(self, index)
-            if worker is None:
-                break
-            self.workers.append(worker)
 
-    def records(self, index: int) -> Iterator[Any]:
-        """The good records of ``sources[index]``."""
-        source, cuts = self.sources[index], self.cuts[index]
-        last = len(self.workers)
-        yield from self._part(source, cuts[0], cuts[1] if last else None)
-        for part, worker in enumerate(self.workers, start=1):
-            answer = worker.receive()
-            if answer is None:  # the worker is gone: its part is read here
-                yield from self._part(source, cuts[part], cuts[part + 1] if part < last else None)
-                continue
-            sent_for, consumed, rejected, records = answer
-            if sent_for != index:
-                raise RuntimeError(f"replay worker {part} sent file {sent_for} for file {index}")
-            self.consumed.update(consumed)
-            self.rejected.update(rejected)
-            self.read += sum(consumed.values())
-            yield from records
+    def records(self, sources: Sequence[_Source]) -> Iterator[Any]:
+        """The good records of these files, one after the other."""
+        for source in sources:
+            yield from self.part(source, 0, None)
 
-    def records_of(self, indices: Iterable[int]) -> Iterator[Any]:
-        """The good records of these sources, one after the other. (A generator function, not
-        a generator expression: mypyc may evaluate one of those at once, and the workers' parts
-        come in the sources' order.)"""
-        for index in indices:
-            yield from self.records(index)
-
-    def _part(self, source: _Source, start: int, end: int | None) -> Iterator[Any]:
+    def part(self, source: _Source, start: int, end: int | None) -> Iterator[Any]:
         """The good records of the lines from byte ``start`` to ``end`` (None: the end of the file)."""
         if end is not None and end <= start:
             return
@@ -243,22 +218,6 @@ class _Reader:
             raise InputError(f"{source.path}: cannot be read ({exc.strerror})") from None
         self.consumed[topic] += read - self.read
         self.read = read
-
-    def serve(self, index: int, out: BinaryIO) -> None:
-        """A worker's work: part ``index`` of every file, sent in the files' order."""
-        self.progress.next_at = math.inf  # the parent prints the progress
-        last = index == len(self.cuts[0]) - 2
-        for number, (source, cuts) in enumerate(zip(self.sources, self.cuts, strict=True)):
-            self.consumed, self.rejected = Counter(), Counter()
-            records = list(self._part(source, cuts[index], None if last else cuts[index + 1]))
-            blob = marshal.dumps((number, dict(self.consumed), dict(self.rejected), records))
-            out.write(len(blob).to_bytes(8, "little"))
-            out.write(blob)
-            out.flush()
-
-    def close(self) -> None:
-        for worker in self.workers:
-            worker.stop()
 
 
 def _cuts(path: str, parts: int) -> list[int]:
@@ -292,57 +251,247 @@ def _count_lines(handle: BinaryIO, start: int, end: int) -> int:
     return count + (not block.endswith(b"\n") and bool(block))
 
 
-class _Worker:
-    """A forked process that reads one part of every file (:meth:`_Reader.serve`)."""
+# --- several processes ---------------------------------------------------------------------------
 
-    def __init__(self, pid: int, stream: BinaryIO) -> None:
+#: a part of the join (:func:`_join`): its counts, its groups (labels -> first settling time,
+#: queries, queries with a relevant item, relevant items, and per metric the values of its
+#: queries as the bytes of an array of doubles), and the hashes of its events' ids
+_Shard = tuple[dict[str, int], dict[tuple[str, ...], tuple[float, int, int, int, list[bytes]]], bytes]
+
+
+class _OneProcess(Exception):
+    """Why a replay in several processes cannot give the answer: it is done in one instead."""
+
+
+def _replay_in_shards(
+    settings: Settings, sources: list[_Source], n: int, progress: Progress, keep: list[object] | None
+) -> Pipeline:
+    """The replay in ``n`` processes, this one and n - 1 forked workers; raises _OneProcess
+    when it must be done in one process.
+
+    Every rule of the join relates the records of one query to each other, but for one: copies
+    of an event id count once whatever their queries. So the queries are dealt to the
+    processes by a hash of their id, and each joins and scores its share. Each process decodes
+    one part of every file (cut at line ends), deals the records to their shards, and sends
+    each shard its records (this process passes on what the workers send each other); a shard
+    then holds its records in the order of the files, as one process would read them. Each
+    worker sends its shard's counts and per group its queries' values back; this process adds
+    them up, and the means are the same as from one process, since each group's values are
+    summed correctly rounded (``math.fsum``), whatever their order. Done in one process instead
+    (from the start): when one event id is in two shards, when there are more groups than
+    ``max_groups`` (which admits groups in the order they first settle), or when a worker
+    cannot be started or dies.
+    """
+    pipeline = Pipeline(settings)
+    cuts = [_cuts(source.path, n) for source in sources]
+    workers: list[_Worker] = []
+    try:
+        for part in range(1, n):
+            worker = _Worker.start(functools.partial(_work, pipeline, sources, cuts, part, n), workers)
+            if worker is None:
+                raise _OneProcess("no process could be forked")
+            workers.append(worker)
+        decoding = _Decoding(progress)
+        mine = _deal(decoding, sources, cuts, 0, n)
+        progress.stage(f"passing records between {n} processes")
+        # the records each worker read for the other shards: [worker][shard] (its own left out)
+        sent: list[list[bytes]] = []
+        for worker in workers:
+            frames = [worker.receive() for _ in range(n - 1)]
+            if None in frames:
+                raise _OneProcess("a worker stopped")
+            sent.append(frames)  # type: ignore[arg-type]
+        for to, worker in enumerate(workers, start=1):
+            for part in range(n):
+                if part == 0:
+                    frame = marshal.dumps(mine[to])
+                elif part != to:
+                    frame = sent[part - 1][to if to < part else to - 1]
+                else:
+                    continue
+                if not worker.send(frame):
+                    raise _OneProcess("a worker stopped")
+        parts = [mine[0]] + [marshal.loads(frames[0]) for frames in sent]
+        progress.stage(f"joining and scoring in {n} processes")
+        left: list[object] = [mine, parts]  # for ``keep``, once the replay is done here
+        own = _join(
+            pipeline.settings,
+            pipeline.scorer,
+            _in_order(parts, range(1)),
+            _in_order(parts, range(1, len(sources))),
+            left,
+            ids=True,
+        )
+        shards = [own]
+        for worker in workers:
+            result = worker.receive()
+            if result is None:
+                raise _OneProcess("a worker stopped")
+            consumed, rejected, their_shard = marshal.loads(result)
+            decoding.consumed.update(consumed)
+            decoding.rejected.update(rejected)
+            shards.append(their_shard)
+    finally:
+        for worker in workers:
+            worker.stop()
+    seen_ids: set[int] = set()
+    for _counts, _groups, ids in shards:
+        seen_ids.update(array.array("q", ids))
+    if len(seen_ids) < sum(len(ids) // 8 for _, _, ids in shards):  # (or two ids of one hash)
+        raise _OneProcess("an event id under queries of two shards")
+    labels = {labels for _, groups, _ in shards for labels in groups}
+    if len(labels) > pipeline.group_cap.max_groups:
+        raise _OneProcess(f"{len(labels)} groups, more than max_groups")
+    pipeline.counters.consumed.update(decoding.consumed)
+    pipeline.counters.rejected.update(decoding.rejected)
+    _settle(pipeline, shards)
+    if keep is not None:
+        keep += left
+    return pipeline
+
+
+def _deal(
+    decoding: _Decoding, sources: list[_Source], cuts: list[list[int]], part: int, n: int
+) -> list[list[list[Any]]]:
+    """The good records of part ``part`` of every file, dealt to the ``n`` shards by their query:
+    [shard][file] -> records in the file's order."""
+    shards: list[list[list[Any]]] = [[[] for _ in sources] for _ in range(n)]
+    last = part == n - 1
+    for number, (source, offsets) in enumerate(zip(sources, cuts, strict=True)):
+        appends = [shard[number].append for shard in shards]
+        for record in decoding.part(source, offsets[part], None if last else offsets[part + 1]):
+            appends[hash(record[0]) % n](record)  # the query id's hash: one seed in every process
+    return shards
+
+
+def _in_order(parts: list[list[list[Any]]], files: Iterable[int]) -> Iterator[Any]:
+    """A shard's records of these files, from every part: [part][file] -> the files' order."""
+    for number in files:
+        for part in parts:
+            yield from part[number]
+
+
+def _work(
+    pipeline: Pipeline,
+    sources: list[_Source],
+    cuts: list[list[int]],
+    part: int,
+    n: int,
+    main: _Frames,
+) -> None:
+    """A worker: part ``part`` of every file decoded and dealt, each other shard's records
+    sent to the main process, its own shard's received, joined and scored, and that sent."""
+    progress = Progress(every=math.inf)  # this process prints the progress
+    progress.mask = -1  # ...and never looks at the clock
+    decoding = _Decoding(progress)
+    mine = _deal(decoding, sources, cuts, part, n)
+    for shard in range(n):
+        if shard != part and not main.send(marshal.dumps(mine[shard])):
+            raise EOFError("the main process went away")
+    parts = []
+    for other in range(n):
+        if other == part:
+            parts.append(mine[part])
+        else:
+            frame = main.receive()
+            if frame is None:
+                raise EOFError("the main process went away")
+            parts.append(marshal.loads(frame))
+    own = _join(
+        pipeline.settings,
+        pipeline.scorer,
+        _in_order(parts, range(1)),
+        _in_order(parts, range(1, len(sources))),
+        ids=True,
+    )
+    main.send(marshal.dumps((dict(decoding.consumed), dict(decoding.rejected), own)))
+
+
+class _Frames:
+    """Length-prefixed byte strings over a pipe."""
+
+    def __init__(self, inbox: BinaryIO | None, outbox: BinaryIO | None) -> None:
+        self.inbox, self.outbox = inbox, outbox
+
+    def receive(self) -> bytes | None:
+        """The next frame; None at the end of the stream."""
+        assert self.inbox is not None
+        head = self.inbox.read(8)
+        if len(head) < 8:
+            return None
+        size = int.from_bytes(head, "little")
+        frame = self.inbox.read(size)
+        return frame if len(frame) == size else None
+
+    def send(self, frame: bytes) -> bool:
+        """Whether it was written (False: the other end is gone)."""
+        assert self.outbox is not None
+        try:
+            self.outbox.write(len(frame).to_bytes(8, "little"))
+            self.outbox.write(frame)
+            self.outbox.flush()
+        except OSError:
+            return False
+        return True
+
+
+class _Worker(_Frames):
+    """A forked process running ``work(frames)``, frames a pipe each way to this process."""
+
+    def __init__(self, pid: int, inbox: BinaryIO, outbox: BinaryIO) -> None:
+        super().__init__(inbox, outbox)
         self.pid: int | None = pid
-        self.stream: BinaryIO | None = stream
 
     @classmethod
-    def start(cls, reader: _Reader, index: int) -> _Worker | None:
-        """The worker for part ``index``, or None when no process can be forked."""
-        if not hasattr(os, "fork"):  # not on Windows: its parts are read by the main process
+    def start(cls, work: Callable[[_Frames], None], others: list[_Worker]) -> _Worker | None:
+        """The worker, or None when no process can be forked."""
+        if not hasattr(os, "fork"):  # not on Windows
             return None
-        read_end, write_end = os.pipe()
+        to_main, from_worker = os.pipe()[::-1]
+        from_main, to_worker = os.pipe()
         try:
             pid = os.fork()
         except OSError:
-            os.close(read_end)
-            os.close(write_end)
+            for fd in (to_main, from_worker, from_main, to_worker):
+                os.close(fd)
             return None
-        if pid == 0:  # the worker: it ends here, whatever happens, without the parent's exit work
+        if pid == 0:  # the worker: it ends here, whatever happens, without the main process's exit work
             code = 1
             try:
-                os.close(read_end)
-                with os.fdopen(write_end, "wb") as out:
-                    reader.serve(index, out)
+                for other in others:  # its pipes to the workers before it are not this one's
+                    for stream in (other.inbox, other.outbox):
+                        if stream is not None:
+                            os.close(stream.fileno())
+                os.close(from_worker)
+                os.close(to_worker)
+                with os.fdopen(from_main, "rb") as inbox, os.fdopen(to_main, "wb") as outbox:
+                    work(_Frames(inbox, outbox))
                 code = 0
+            except (KeyboardInterrupt, OSError, EOFError, InputError):
+                pass  # stopped, the main process went away, or a file it reads again and reports
+            except BaseException as exc:  # a bug: said, and the main process goes on alone
+                sys.stderr.write(f"streameval replay: a worker failed ({type(exc).__name__}: {exc})\n")
             finally:
                 os._exit(code)
-        os.close(write_end)
-        return cls(pid, os.fdopen(read_end, "rb"))
-
-    def receive(self) -> tuple[int, dict[str, int], dict[tuple[str, str], int], list[Any]] | None:
-        """The worker's next part: the file's index, its counts and records; None once it is gone."""
-        if self.stream is None:
-            return None
-        head = self.stream.read(8)
-        blob = self.stream.read(int.from_bytes(head, "little")) if len(head) == 8 else b""
-        if not blob:
-            self.stop()
-            return None
-        return marshal.loads(blob)
+        os.close(to_main)
+        os.close(from_main)
+        return cls(pid, os.fdopen(from_worker, "rb"), os.fdopen(to_worker, "wb"))
 
     def stop(self) -> None:
-        if self.stream is not None:
-            self.stream.close()
-            self.stream = None
+        for stream in (self.inbox, self.outbox):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:  # a write to a worker that had gone
+                    pass
+        self.inbox = self.outbox = None
         if self.pid is not None:
-            os.kill(self.pid, signal.SIGKILL)  # done or not needed any more
+            os.kill(self.pid, signal.SIGKILL)  # done, or not needed any more
             os.waitpid(self.pid, 0)
             self.pid = None
 
+
+# --- the batch join ------------------------------------------------------------------------------
 
 _NOT_SCORED = (0, None)  # a query with no attributed event: no relevant item
 
@@ -362,7 +511,8 @@ def join_in_batch(
     had been fed their merge in timestamp order (impressions first at equal times, the given
     order otherwise), remembering everything until the end, and then :meth:`~Pipeline.finish`:
     the same counters, and the same settled totals up to floating-point rounding (each query is
-    scored once, from its best grades, where the daemon updates its values event by event).
+    scored once, from its best grades, where the daemon updates its values event by event; and
+    each group's values are summed correctly rounded, where the daemon adds them in turn).
     The impressions' shown lists come as :func:`~streameval.scoring.query.compact` made them.
 
     Why a batch gives the same answer: with everything remembered until the end, nothing the
@@ -372,22 +522,35 @@ def join_in_batch(
     query when ``imp.ts <= ev.ts <= imp.ts + horizon`` (an event before its impression waits
     as an orphan and is then judged ``before_impression`` -- the same verdict), is
     ``unknown_query`` without one, and nothing is late. A query's values depend on the best
-    grade of each item only, whatever the order of its events. Two things do depend on order
-    and are done in it: settled queries are added to their group's sums (floating point), and
-    groups are admitted under the ``max_groups`` cap.
-
-    So no per-record pipeline step is needed: the records are deduplicated into dicts, the
-    events judged, and only queries with attributed events scored -- the others count as
-    queries with no relevant item. A dict keeps the position of a key's first insertion; an
-    impression that replaces an earlier copy is deleted and inserted again, so the dict of
-    impressions stays in the order its winners came in, and a stable sort by time gives the
-    merged order.
+    grade of each item only, whatever the order of its events. What does depend on order is
+    done in it: groups are admitted under the ``max_groups`` cap in the order they first settle.
     """
-    counters = pipeline.counters
+    _settle(pipeline, [_join(pipeline.settings, pipeline.scorer, impressions, events, keep, progress)])
+
+
+def _join(
+    settings: Settings,
+    scorer: Scorer,
+    impressions: Iterable[ImpressionFields],
+    events: Iterable[EventFields],
+    keep: list[object] | None = None,
+    progress: Progress | None = None,
+    ids: bool = False,
+) -> _Shard:
+    """The join of :func:`join_in_batch` and the values of each query, per group, not yet added
+    up (with ``ids``, the hashes of the kept events' ids too).
+
+    No per-record pipeline step is needed: the records are deduplicated into dicts, the events
+    judged, and only queries with attributed events scored -- the others count as queries with
+    no relevant item. A dict keeps the position of a key's first insertion; an impression that
+    replaces an earlier copy is deleted and inserted again, so the dict of impressions stays in
+    the order its winners came in, and a stable sort by time gives the merged order, in which
+    the groups first settle.
+    """
     # query_id -> [ts, group, shown list (compact), best grades of the items attributed to it:
     # None, an (item, grade) pair or a dict]
     kept: dict[str, list[Any]] = {}
-    duplicates = 0
+    duplicate_impressions = 0
     # one tuple per group, held by all its queries
     shared_labels: dict[tuple[str, ...], tuple[str, ...]] = {}
     for query_id, ts, items, group in impressions:
@@ -396,13 +559,12 @@ def join_in_batch(
         if entry is None:
             kept[query_id] = [ts, group, items, None]
         else:
-            duplicates += 1
+            duplicate_impressions += 1
             if ts < entry[0]:  # earlier in time: it comes first in the merge
                 del kept[query_id]
                 kept[query_id] = [ts, group, items, None]
-    counters.duplicates["impressions"] += duplicates
     seen: dict[tuple[str, ...] | str, EventFields] = {}
-    duplicates = 0
+    duplicate_events = 0
     for ev in events:
         query_id, item, event_type, ts, event_id = ev
         key = event_id if event_id is not None else fields_key(query_id, item, event_type, ts)
@@ -410,14 +572,12 @@ def join_in_batch(
         if first is None:
             seen[key] = ev
         else:
-            duplicates += 1
+            duplicate_events += 1
             if ts < first[3]:  # copies of an event_id may differ: the earliest counts
                 seen[key] = ev
-    counters.duplicates["events"] += duplicates
 
     if progress is not None:
         progress.stage(f"judging {len(seen):,} events against {len(kept):,} queries")
-    settings = pipeline.settings
     rules = {t: (grade, settings.horizon_for(t)) for t, grade in settings.grades.items()}
     unknown = before = after = n_attributed = 0
     for query_id, item, event_type, ts, _ in seen.values():
@@ -438,29 +598,82 @@ def join_in_batch(
                 entry[3] = {item: grade}
             elif grade > best.get(item, -math.inf):
                 best[item] = grade
-    verdicts = {"before_impression": before, "after_horizon": after, "unknown_query": unknown}
-    for reason, count in verdicts.items():
-        if count:
-            counters.unattributed[reason] += count
-    counters.attributed += n_attributed
 
     if progress is not None:
         progress.stage(f"scoring {len(kept):,} queries")
-    values_once, group_of = pipeline.scorer.values_once, pipeline.group_of
-    rows: dict[tuple[str, ...], list[tuple[int, tuple[float, ...] | None]]] = {}
-    for _ts, labels, items, best in sorted(kept.values(), key=_entry_ts):
-        group_rows = rows.get(group := group_of(labels))
+    values_once = scorer.values_once
+    rows: dict[tuple[str, ...], tuple[float, list[tuple[int, tuple[float, ...] | None]]]] = {}
+    for ts, labels, items, best in sorted(kept.values(), key=_entry_ts):
+        group_rows = rows.get(labels)
         if group_rows is None:
-            group_rows = rows[group] = []
+            group_rows = rows[labels] = (ts, [])
         if best is None:
-            group_rows.append(_NOT_SCORED)
+            group_rows[1].append(_NOT_SCORED)
         else:
-            group_rows.append(values_once(items, best.items()))
-    n_metrics = len(pipeline.metrics)
-    for group, group_rows in rows.items():
-        pipeline.settled_totals.setdefault(group, Sums(n_metrics)).add_rows(group_rows)
+            group_rows[1].append(values_once(items, best.items()))
+    n_metrics = len(scorer.metrics)
+    groups = {}
+    for labels, (first_ts, label_rows) in rows.items():
+        scored = [row for row in label_rows if row[1] is not None]
+        columns = zip(*[values for _, values in scored], strict=True) if scored else [()] * n_metrics
+        groups[labels] = (
+            first_ts,
+            len(label_rows),
+            len(scored),
+            sum([n for n, _ in scored]),
+            [array.array("d", column).tobytes() for column in columns],
+        )
+    counts = {
+        "duplicate_impressions": duplicate_impressions,
+        "duplicate_events": duplicate_events,
+        "before_impression": before,
+        "after_horizon": after,
+        "unknown_query": unknown,
+        "attributed": n_attributed,
+    }
+    hashes = array.array("q", [hash(key) for key in seen if type(key) is str] if ids else [])
     if keep is not None:
         keep += (kept, seen)
+    return counts, groups, hashes.tobytes()
+
+
+def _settle(pipeline: Pipeline, shards: list[_Shard]) -> None:
+    """Add the shards' counts to the pipeline's, and their groups to its settled totals: the
+    groups admitted under ``max_groups`` in the order they first settle, each group's values
+    summed correctly rounded."""
+    counters = pipeline.counters
+    counts: Counter[str] = Counter()
+    for shard_counts, _, _ in shards:
+        counts.update(shard_counts)
+    counters.duplicates["impressions"] += counts["duplicate_impressions"]
+    counters.duplicates["events"] += counts["duplicate_events"]
+    for reason in ("before_impression", "after_horizon", "unknown_query"):
+        if counts[reason]:
+            counters.unattributed[reason] += counts[reason]
+    counters.attributed += counts["attributed"]
+
+    parts: dict[tuple[str, ...], list[tuple[float, int, int, int, list[bytes]]]] = {}
+    for _, groups, _ in shards:
+        for labels, part in groups.items():
+            parts.setdefault(labels, []).append(part)
+    # sorted() is stable: one shard's groups stay in the order they first settled
+    in_order = sorted(parts.items(), key=lambda item: min(part[0] for part in item[1]))
+    admitted: dict[tuple[str, ...], list[tuple[float, int, int, int, list[bytes]]]] = {}
+    for labels, group_parts in in_order:
+        group = pipeline.group_cap.map(labels)
+        if group is None:
+            counters.groups_folded += sum(part[1] for part in group_parts)
+            group = pipeline.group_cap.other
+        admitted.setdefault(group, []).extend(group_parts)
+    n_metrics = len(pipeline.metrics)
+    for group, group_parts in admitted.items():
+        columns = [[array.array("d", part[4][i]) for part in group_parts] for i in range(n_metrics)]
+        pipeline.settled_totals.setdefault(group, Sums(n_metrics)).add_exact(
+            sum(part[1] for part in group_parts),
+            sum(part[2] for part in group_parts),
+            sum(part[3] for part in group_parts),
+            columns,
+        )
 
 
 def _block(sums: Sums, pipeline: Pipeline) -> dict[str, Any]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import marshal
 import os
 import random
 import tempfile
+from io import StringIO
 from pathlib import Path
 
 import orjson
@@ -12,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streameval.config import load_settings
-from streameval.replay import _cuts, _Reader, build_report, run_replay
+from streameval.replay import Progress, _cuts, build_report, run_replay
 from tests.logs import random_log
 
 
@@ -47,9 +49,12 @@ def write_log(directory: Path, seed: int, blank_lines: bool, last_newline: bool)
     ]
 
 
-def replayed(imps: str, events: list[str], workers: int) -> tuple[dict, object, list]:
-    pipeline = run_replay(load_settings(None, {}, {"max_groups": 3}), imps, events, workers=workers)
-    return build_report(pipeline), pipeline.counters, list(pipeline.group_cap.known)
+def replayed(imps: str, events: list[str], workers: int, max_groups: int = 1000) -> tuple[dict, object, list]:
+    settings = load_settings(None, {}, {"max_groups": max_groups})
+    pipeline = run_replay(settings, imps, events, Progress(StringIO()), workers=workers)
+    # the groups admitted: in one process in the order they first settle (test_join); across
+    # processes first settling at one time may come in another order
+    return build_report(pipeline), pipeline.counters, sorted(pipeline.group_cap.known)
 
 
 @settings(max_examples=40, deadline=None)
@@ -58,25 +63,65 @@ def replayed(imps: str, events: list[str], workers: int) -> tuple[dict, object, 
     workers=st.integers(2, 5),
     blank_lines=st.booleans(),
     last_newline=st.booleans(),
+    max_groups=st.sampled_from([1000, 3]),
 )
-def test_any_number_of_workers_gives_the_report_of_one_process(seed, workers, blank_lines, last_newline):
+def test_any_number_of_workers_gives_the_report_of_one_process(
+    seed, workers, blank_lines, last_newline, max_groups
+):
     with tempfile.TemporaryDirectory() as tmp:
         imps, events = write_log(Path(tmp), seed, blank_lines, last_newline)
-        assert replayed(imps, events, workers) == replayed(imps, events, 1)
+        alone = replayed(imps, events, 1, max_groups)
+        assert replayed(imps, events, workers, max_groups) == alone
 
 
-def test_a_worker_that_dies_leaves_its_parts_to_the_parent(tmp_path, monkeypatch) -> None:
+def why_alone(imps: str, events: list[str], workers: int, max_groups: int = 1000) -> str | None:
+    """Why the replay was done again in one process; None when it was not."""
+    stream = StringIO()
+    settings = load_settings(None, {}, {"max_groups": max_groups})
+    run_replay(settings, imps, events, Progress(stream, every=0.0), workers=workers)
+    why = [line for line in stream.getvalue().splitlines() if "replaying in one process: " in line]
+    return why[0].split(": ", 2)[2] if why else None
+
+
+def test_what_needs_one_process_is_replayed_in_one(tmp_path) -> None:
+    imps, events = write_log(tmp_path, 11, False, True)
+    assert why_alone(imps, events, 2) is None
+    # more groups than max_groups: admitted in the order they first settle, by one process
+    assert why_alone(imps, events, 2, max_groups=2) .endswith("groups, more than max_groups")
+    assert replayed(imps, events, 2, 2) == replayed(imps, events, 1, 2)
+    # copies of one event id for two queries: one counts, wherever their queries are
+    lines = Path(events[0]).read_bytes().splitlines()
+    copies = [orjson.loads(line) for line in lines if line.startswith(b'{"query_id"')][:40]
+    with open(events[0], "ab") as out:
+        for n, event in enumerate(copies):
+            out.write(orjson.dumps(dict(event, event_id="shared", ts=event["ts"] + n)) + b"\n")
+    assert why_alone(imps, events, 2) == "an event id under queries of two shards"
+    assert replayed(imps, events, 2) == replayed(imps, events, 1)
+
+
+def test_a_worker_that_dies_leaves_the_replay_to_one_process(tmp_path, monkeypatch) -> None:
+    import streameval.replay
+
     imps, events = write_log(tmp_path, 7, True, True)
     alone = replayed(imps, events, 1)
-    serve = _Reader.serve
+    work = streameval.replay._work
 
-    def first_file_only(self, index, out):  # runs in the worker: it sends one file's part and exits
-        self.sources, self.cuts = self.sources[:1], self.cuts[:1]
-        serve(self, index, out)
+    def dies_after_passing_records(pipeline, sources, cuts, part, n, main):
+        records_sent = main.send
 
-    monkeypatch.setattr(_Reader, "serve", first_file_only)
+        def send(frame):  # the records go, the result does not
+            if type(marshal.loads(frame)) is tuple:  # (its counts, its shard), not [file][records]
+                os._exit(9)
+            return records_sent(frame)
+
+        main.send = send
+        work(pipeline, sources, cuts, part, n, main)
+
+    monkeypatch.setattr(streameval.replay, "_work", lambda *args: os._exit(9))
+    assert why_alone(imps, events, 3) == "a worker stopped"
     assert replayed(imps, events, 3) == alone
-    monkeypatch.setattr(_Reader, "serve", lambda self, index, out: os._exit(9))
+    monkeypatch.setattr(streameval.replay, "_work", dies_after_passing_records)
+    assert why_alone(imps, events, 2) == "a worker stopped"
     assert replayed(imps, events, 2) == alone
 
 

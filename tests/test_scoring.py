@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -78,24 +80,31 @@ def test_values_once_are_the_from_scratch_values_to_the_bit(params, items, event
         assert n_relevant == len(scorer.relevant_set(items, grades))
 
 
-@given(st.lists(st.tuples(st.integers(0, 5), st.lists(st.floats(0, 1), min_size=3, max_size=3))))
-def test_sums_add_rows_is_add_in_turn(rows) -> None:
+@given(
+    st.lists(st.tuples(st.integers(0, 5), st.lists(st.floats(0, 1), min_size=3, max_size=3))),
+    st.randoms(use_true_random=False),
+)
+def test_sums_add_exact_is_add_in_turn_correctly_rounded_in_any_order(rows, rng) -> None:
     from streameval.scoring import Sums
 
     rows = [(n, tuple(v) if n else None) for n, v in rows]
-    one, many = Sums(3), Sums(3)
-    one.add(2, (0.5, 0.25, 1.0))
-    many.add(2, (0.5, 0.25, 1.0))
+    one, exact = Sums(3), Sums(3)
     for n, values in rows:
         one.add(n, values)
-    many.add_rows(rows)
-    assert (many.queries, many.with_relevant, many.relevant_items) == (
+    scored = [values for _, values in rows if values is not None]
+    rng.shuffle(scored)
+    cut = rng.randint(0, len(scored))  # in two pieces, as from two processes
+    columns = [[[v[i] for v in scored[:cut]], [v[i] for v in scored[cut:]]] for i in range(3)]
+    exact.add_exact(len(rows), len(scored), sum(n for n, v in rows if v is not None), columns)
+    assert (exact.queries, exact.with_relevant, exact.relevant_items) == (
         one.queries,
         one.with_relevant,
         one.relevant_items,
     )
-    assert many.sums == pytest.approx(one.sums, rel=1e-12)
-    assert many.squares == pytest.approx(one.squares, rel=1e-12)
+    assert exact.sums == [math.fsum(v[i] for v in scored) for i in range(3)]
+    assert exact.squares == [math.fsum(v[i] * v[i] for v in scored) for i in range(3)]
+    assert exact.sums == pytest.approx(one.sums, rel=1e-12)
+    assert exact.squares == pytest.approx(one.squares, rel=1e-12)
 
 
 @given(params_st, items_st, events_st)

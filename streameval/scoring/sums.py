@@ -12,6 +12,8 @@ The mean is None when its denominator is 0 ("no query counts").
 
 from __future__ import annotations
 
+import itertools
+import math
 import operator
 from collections.abc import Sequence
 from typing import Any
@@ -42,17 +44,24 @@ class Sums:
             self.sums[i] += sign * value
             self.squares[i] += sign * value * value
 
-    def add_rows(self, rows: Sequence[tuple[int, Sequence[float] | None]]) -> None:
-        """Add queries' (n_relevant, values), as :meth:`add` does each in turn, but a column at a
-        time (``replay``, which adds every query at the end). The same sums to the bit on Python
-        3.11; from 3.12 on, ``sum`` of floats compensates its rounding, so they are closer."""
-        scored = [row for row in rows if row[1] is not None]
-        self.queries += len(rows)
-        self.with_relevant += len(scored)
-        self.relevant_items += sum([n for n, _ in scored])
-        for i, column in enumerate(zip(*[values for _, values in scored], strict=True)):
-            self.sums[i] = sum(column, self.sums[i])
-            self.squares[i] = sum(map(operator.mul, column, column), self.squares[i])
+    def add_exact(
+        self,
+        queries: int,
+        with_relevant: int,
+        relevant_items: int,
+        columns: Sequence[Sequence[Sequence[float]]],
+    ) -> None:
+        """Add queries as counts and, per metric, the values of those with a relevant item, in
+        any number of pieces (``replay``, which adds every query at the end, perhaps from
+        several processes): each sum and sum of squares correctly rounded (``math.fsum``), so
+        the same whatever the order of the values."""
+        self.queries += queries
+        self.with_relevant += with_relevant
+        self.relevant_items += relevant_items
+        for i, pieces in enumerate(columns):
+            self.sums[i] = math.fsum(itertools.chain([self.sums[i]], *pieces))
+            squares = (map(operator.mul, piece, piece) for piece in pieces)
+            self.squares[i] = math.fsum(itertools.chain([self.squares[i]], *squares))
 
     def merge(self, other: Sums) -> None:
         """Add every part of ``other``."""
