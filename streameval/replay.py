@@ -4,7 +4,8 @@ The answer is the pipeline's on the inputs merged in timestamp order (impression
 at the same time, file order otherwise), with everything settling at the end. The records are
 decoded by the daemon's decoders and scored by its scorer, but joined as one batch
 (:func:`join_in_batch`, which says why that is the same), because a record at a time through
-the pipeline costs several times more. Blank lines are not records.
+the pipeline costs several times more; large inputs are shared by several processes, each
+joining the queries of one shard (:func:`_replay_in_shards`). Blank lines are not records.
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def run_replay(
 
 #: inputs smaller than this are replayed in one process: a worker would cost more than it saves
 PARALLEL_FROM_BYTES = 4 << 20
-MAX_WORKERS = 4
+MAX_WORKERS = 4  # each one more passes more records between processes (through the main one)
 
 
 def default_workers(input_bytes: int) -> int:

@@ -48,6 +48,14 @@ def test_replay_takes_several_event_files_after_one_flag() -> None:
     assert json.loads(out.stdout)["inputs"]["records"] > 0
 
 
+def test_replay_with_workers_prints_the_report_of_one_process(tmp_path) -> None:
+    imps, evs = random_log(random.Random(3), n_queries=400).write(tmp_path)
+    args = ("replay", "--impressions", str(imps), "--events", str(evs), "--format", "json")
+    alone, shared = streameval(*args, "--workers", "1"), streameval(*args, "--workers", "3")
+    assert alone.returncode == 0 and shared.returncode == 0, alone.stderr + shared.stderr
+    assert shared.stdout == alone.stdout and json.loads(shared.stdout)["inputs"]["records"] > 400
+
+
 def test_replay_table(tmp_path) -> None:
     imps, evs = random_log(random.Random(1)).write(tmp_path)
     out = streameval("replay", "--impressions", str(imps), "--events", str(evs))
@@ -82,6 +90,8 @@ def test_replay_table(tmp_path) -> None:
             ],
             "nope.toml",
         ),
+        ([*EXAMPLE, "--workers", "0"], "--workers"),
+        ([*EXAMPLE, "--workers", "two"], "--workers"),
     ],
 )
 def test_errors_are_one_line_without_traceback(args, needle) -> None:

@@ -87,7 +87,7 @@ def test_what_needs_one_process_is_replayed_in_one(tmp_path) -> None:
     imps, events = write_log(tmp_path, 11, False, True)
     assert why_alone(imps, events, 2) is None
     # more groups than max_groups: admitted in the order they first settle, by one process
-    assert why_alone(imps, events, 2, max_groups=2) .endswith("groups, more than max_groups")
+    assert why_alone(imps, events, 2, max_groups=2).endswith("groups, more than max_groups")
     assert replayed(imps, events, 2, 2) == replayed(imps, events, 1, 2)
     # copies of one event id for two queries: one counts, wherever their queries are
     lines = Path(events[0]).read_bytes().splitlines()
