@@ -93,7 +93,8 @@ def run_replay(
         if not Path(path).is_file():
             raise InputError(f"{path}: no such file" if not Path(path).exists() else f"{path}: not a file")
     progress = progress or Progress()
-    sources = [_Source(impressions, settings.impressions_topic, _impression_decoder(settings))]
+    labels: dict[tuple[str, ...], tuple[str, ...]] = {}  # the groups read (in this process)
+    sources = [_Source(impressions, settings.impressions_topic, _impression_decoder(settings, labels))]
     for path in events:
         topic = Path(path).stem
         sources.append(_Source(path, topic, _event_decoder(settings, topic)))
@@ -108,7 +109,7 @@ def run_replay(
         pipeline = None
         if workers > 1:
             try:
-                pipeline = _replay_in_shards(settings, sources, workers, progress, keep)
+                pipeline = _replay_in_shards(settings, sources, workers, progress, keep, labels)
             except _OneProcess as why:
                 progress.stage(f"replaying in one process: {why}")
         if pipeline is None:
@@ -142,11 +143,13 @@ def default_workers(input_bytes: int) -> int:
     return max(1, min(cpus, MAX_WORKERS))
 
 
-def _impression_decoder(settings: Settings) -> Callable[[bytes], ImpressionFields | Rejection]:
+def _impression_decoder(
+    settings: Settings, shared_labels: dict[tuple[str, ...], tuple[str, ...]]
+) -> Callable[[bytes], ImpressionFields | Rejection]:
+    """Decodes an impression, its shown list compacted and its group labels one tuple per group,
+    in ``shared_labels`` (held by all its queries, and sent once in a batch of records: marshal
+    writes an object it has written before as a reference)."""
     group_by = settings.group_by
-    # one tuple per group, held by all its queries (and sent once in a batch of records: marshal
-    # writes an object it has written before as a reference)
-    shared_labels: dict[tuple[str, ...], tuple[str, ...]] = {}
 
     def decode(raw: bytes) -> ImpressionFields | Rejection:
         # the shown list as the join keeps it (compact), made where the records are decoded
@@ -265,7 +268,12 @@ class _OneProcess(Exception):
 
 
 def _replay_in_shards(
-    settings: Settings, sources: list[_Source], n: int, progress: Progress, keep: list[object] | None
+    settings: Settings,
+    sources: list[_Source],
+    n: int,
+    progress: Progress,
+    keep: list[object] | None,
+    labels: dict[tuple[str, ...], tuple[str, ...]],
 ) -> Pipeline:
     """The replay in ``n`` processes, this one and n - 1 forked workers; raises _OneProcess
     when it must be done in one process.
@@ -294,6 +302,9 @@ def _replay_in_shards(
             workers.append(worker)
         decoding = _Decoding(progress)
         mine = _deal(decoding, sources, cuts, 0, n)
+        too_many = f"more groups than max_groups ({pipeline.group_cap.max_groups})"
+        if len(labels) > pipeline.group_cap.max_groups:  # in this process's part alone
+            raise _OneProcess(too_many)
         progress.stage(f"passing records between {n} processes")
         # the records each worker read for the other shards: [worker][shard] (its own left out)
         sent: list[list[bytes]] = []
@@ -340,9 +351,8 @@ def _replay_in_shards(
         seen_ids.update(array.array("q", ids))
     if len(seen_ids) < sum(len(ids) // 8 for _, _, ids in shards):  # (or two ids of one hash)
         raise _OneProcess("an event id under queries of two shards")
-    labels = {labels for _, groups, _ in shards for labels in groups}
-    if len(labels) > pipeline.group_cap.max_groups:
-        raise _OneProcess(f"{len(labels)} groups, more than max_groups")
+    if len({group for _, groups, _ in shards for group in groups}) > pipeline.group_cap.max_groups:
+        raise _OneProcess(too_many)
     pipeline.counters.consumed.update(decoding.consumed)
     pipeline.counters.rejected.update(decoding.rejected)
     _settle(pipeline, shards)

@@ -87,7 +87,7 @@ def test_what_needs_one_process_is_replayed_in_one(tmp_path) -> None:
     imps, events = write_log(tmp_path, 11, False, True)
     assert why_alone(imps, events, 2) is None
     # more groups than max_groups: admitted in the order they first settle, by one process
-    assert why_alone(imps, events, 2, max_groups=2).endswith("groups, more than max_groups")
+    assert why_alone(imps, events, 2, max_groups=2) == "more groups than max_groups (2)"
     assert replayed(imps, events, 2, 2) == replayed(imps, events, 1, 2)
     # copies of one event id for two queries: one counts, wherever their queries are
     lines = Path(events[0]).read_bytes().splitlines()
@@ -97,6 +97,22 @@ def test_what_needs_one_process_is_replayed_in_one(tmp_path) -> None:
             out.write(orjson.dumps(dict(event, event_id="shared", ts=event["ts"] + n)) + b"\n")
     assert why_alone(imps, events, 2) == "an event id under queries of two shards"
     assert replayed(imps, events, 2) == replayed(imps, events, 1)
+
+
+def test_groups_over_max_groups_only_across_parts_are_found_too(tmp_path) -> None:
+    # the main process's part of the impressions (up to the line holding its middle byte) has
+    # one model, the worker's another: each part alone is within max_groups = 1, the two are not
+    imps, events = write_log(tmp_path, 5, False, True)
+    lines = [orjson.loads(line) for line in Path(imps).read_bytes().splitlines() if line.startswith(b'{"q')]
+    size = sum(len(orjson.dumps(dict(imp, model="a", surface="s"))) + 1 for imp in lines)
+    out, at = [], 0
+    for imp in lines:
+        line = orjson.dumps(dict(imp, model="a" if at < size // 2 else "b", surface="s")) + b"\n"
+        out.append(line)
+        at += len(line)
+    Path(imps).write_bytes(b"".join(out))
+    assert why_alone(imps, events, 2, max_groups=1) == "more groups than max_groups (1)"
+    assert replayed(imps, events, 2, 1) == replayed(imps, events, 1, 1)
 
 
 def test_a_worker_that_dies_leaves_the_replay_to_one_process(tmp_path, monkeypatch) -> None:
