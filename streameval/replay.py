@@ -226,17 +226,20 @@ class _Decoding:
 
 def _cuts(path: str, parts: int) -> list[int]:
     """``parts + 1`` byte offsets that cut the file at line ends into parts of about equal size."""
-    size = os.path.getsize(path)
     cuts = [0]
-    with open(path, "rb") as handle:
-        for part in range(1, parts):
-            at = size * part // parts
-            if at <= cuts[-1]:
-                cuts.append(cuts[-1])
-                continue
-            handle.seek(at - 1)
-            handle.readline()  # to the end of the line that holds byte at - 1
-            cuts.append(handle.tell())
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as handle:
+            for part in range(1, parts):
+                at = size * part // parts
+                if at <= cuts[-1]:
+                    cuts.append(cuts[-1])
+                    continue
+                handle.seek(at - 1)
+                handle.readline()  # to the end of the line that holds byte at - 1
+                cuts.append(handle.tell())
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
     cuts.append(max(size, cuts[-1]))
     return cuts
 
@@ -259,7 +262,7 @@ def _count_lines(handle: BinaryIO, start: int, end: int) -> int:
 
 #: a part of the join (:func:`_join`): its counts, its groups (labels -> first settling time,
 #: queries, queries with a relevant item, relevant items, and per metric the values of its
-#: queries as the bytes of an array of doubles), and the hashes of its events' ids
+#: queries as the bytes of an array of doubles), and the hashes of its kept events' ids
 _Shard = tuple[dict[str, int], dict[tuple[str, ...], tuple[float, int, int, int, list[bytes]]], bytes]
 
 
@@ -458,7 +461,7 @@ class _Worker(_Frames):
         """The worker, or None when no process can be forked."""
         if not hasattr(os, "fork"):  # not on Windows
             return None
-        to_main, from_worker = os.pipe()[::-1]
+        from_worker, to_main = os.pipe()
         from_main, to_worker = os.pipe()
         try:
             pid = os.fork()

@@ -158,3 +158,12 @@ def test_cuts_fall_at_line_ends_and_cover_the_file(lines, last_newline, parts) -
     assert all(at == 0 or at == len(text) or text[at - 1 : at] == b"\n" for at in cuts)
     pieces = [text[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
     assert [line for piece in pieces for line in piece.splitlines()] == text.splitlines()
+
+
+def test_a_file_that_cannot_be_cut_is_an_input_error(tmp_path) -> None:
+    import pytest
+
+    from streameval.errors import InputError
+
+    with pytest.raises(InputError, match="cannot be read"):
+        _cuts(str(tmp_path), 2)  # a directory: no lines to cut
