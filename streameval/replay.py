@@ -260,10 +260,10 @@ def _count_lines(handle: BinaryIO, start: int, end: int) -> int:
 
 # --- several processes ---------------------------------------------------------------------------
 
-#: a part of the join (:func:`_join`): its counts, its groups (labels -> first settling time,
+#: a shard's answer (:func:`_join`): its counts, and its groups (labels -> first settling time,
 #: queries, queries with a relevant item, relevant items, and per metric the values of its
-#: queries as the bytes of an array of doubles), and the hashes of its kept events' ids
-_Shard = tuple[dict[str, int], dict[tuple[str, ...], tuple[float, int, int, int, list[bytes]]], bytes]
+#: queries as the bytes of an array of doubles)
+_Shard = tuple[dict[str, int], dict[tuple[str, ...], tuple[float, int, int, int, list[bytes]]]]
 
 
 class _OneProcess(Exception):
@@ -281,18 +281,23 @@ def _replay_in_shards(
     """The replay in ``n`` processes, this one and n - 1 forked workers; raises _OneProcess
     when it must be done in one process.
 
-    Every rule of the join relates the records of one query to each other, but for one: copies
-    of an event id count once whatever their queries. So the queries are dealt to the
+    Every rule of the join relates the records of one query to each other, but one: the copies
+    of an event id count once, whatever their queries. So the queries are dealt to the
     processes by a hash of their id, and each joins and scores its share. Each process decodes
     one part of every file (cut at line ends), deals the records to their shards, and sends
     each shard its records (this process passes on what the workers send each other); a shard
     then holds its records in the order of the files, as one process would read them. Each
-    worker sends its shard's counts and per group its queries' values back; this process adds
-    them up, and the means are the same as from one process, since each group's values are
-    summed correctly rounded (``math.fsum``), whatever their order. Done in one process instead
-    (from the start): when one event id is in two shards, when there are more groups than
-    ``max_groups`` (which admits groups in the order they first settle), or when a worker
-    cannot be started or dies.
+    shard keeps the first copy of each event id among its records; before the events are
+    judged, the shards settle the ids kept in more than one (:func:`_ids_here`,
+    :func:`_ids_in_worker`): the earliest copy counts, the others are duplicates. Each worker
+    sends its shard's counts and per group its queries' values back; this process adds them up,
+    and the means are the same as from one process, since each group's values are summed
+    correctly rounded (``math.fsum``), whatever their order.
+
+    Done in one process instead (from the start): when the earliest copies of an event id in two
+    shards have one time (which is first is a matter of the files' order, which the shards do
+    not share), when there are more groups than ``max_groups`` (which admits groups in the
+    order they first settle), or when a worker cannot be started or stops.
     """
     pipeline = Pipeline(settings)
     cuts = [_cuts(source.path, n) for source in sources]
@@ -335,7 +340,7 @@ def _replay_in_shards(
             _in_order(parts, range(1)),
             _in_order(parts, range(1, len(sources))),
             left,
-            ids=True,
+            settle_ids=functools.partial(_ids_here, workers),
         )
         shards = [own]
         for worker in workers:
@@ -349,12 +354,7 @@ def _replay_in_shards(
     finally:
         for worker in workers:
             worker.stop()
-    seen_ids: set[int] = set()
-    for _counts, _groups, ids in shards:
-        seen_ids.update(array.array("q", ids))
-    if len(seen_ids) < sum(len(ids) // 8 for _, _, ids in shards):  # (or two ids of one hash)
-        raise _OneProcess("an event id under queries of two shards")
-    if len({group for _, groups, _ in shards for group in groups}) > pipeline.group_cap.max_groups:
+    if len({group for _, groups in shards for group in groups}) > pipeline.group_cap.max_groups:
         raise _OneProcess(too_many)
     pipeline.counters.consumed.update(decoding.consumed)
     pipeline.counters.rejected.update(decoding.rejected)
@@ -416,9 +416,88 @@ def _work(
         pipeline.scorer,
         _in_order(parts, range(1)),
         _in_order(parts, range(1, len(sources))),
-        ids=True,
+        settle_ids=functools.partial(_ids_in_worker, main),
     )
     main.send(marshal.dumps((dict(decoding.consumed), dict(decoding.rejected), own)))
+
+
+def _id_hashes(seen: dict[Any, EventFields]) -> bytes:
+    """The hashes of the event ids kept in a shard (``seen``'s string keys)."""
+    return array.array("q", [hash(key) for key in seen if type(key) is str]).tobytes()
+
+
+def _copies(seen: dict[Any, EventFields], hashes: bytes) -> list[tuple[str, float]]:
+    """The kept event ids of a shard with one of these hashes, each with its copy's time."""
+    wanted = set(array.array("q", hashes))
+    return [(key, ev[3]) for key, ev in seen.items() if type(key) is str and hash(key) in wanted]
+
+
+def _ids_in_worker(main: _Frames, seen: dict[Any, EventFields]) -> int:
+    """A worker's side of :func:`_ids_here`: the copies it keeps that do not count are left out
+    of ``seen``; returns how many."""
+    if not main.send(_id_hashes(seen)):
+        raise EOFError("the main process went away")
+    shared = main.receive()
+    if shared is None:
+        raise EOFError("the main process went away")
+    if not shared:  # the common case: no event id kept in two shards
+        return 0
+    if not main.send(marshal.dumps(_copies(seen, shared))):
+        raise EOFError("the main process went away")
+    frame = main.receive()
+    if frame is None:
+        raise EOFError("the main process went away")
+    dropped = marshal.loads(frame)
+    for event_id in dropped:
+        del seen[event_id]
+    return len(dropped)
+
+
+def _ids_here(workers: list[_Worker], seen: dict[Any, EventFields]) -> int:
+    """Settles the event ids kept in more than one shard, this process's ``seen`` and each
+    worker's: of the copies each shard keeps (its earliest), the earliest counts and the
+    others are left out; returns how many here. Raises _OneProcess when two have one time."""
+    hashes = [set(array.array("q", _id_hashes(seen)))]
+    for worker in workers:
+        frame = worker.receive()
+        if frame is None:
+            raise _OneProcess("a worker stopped")
+        hashes.append(set(array.array("q", frame)))
+    shared: set[int] = set()
+    union: set[int] = set()
+    for shard_hashes in hashes:
+        shared |= union & shard_hashes
+        union |= shard_hashes
+    frame = array.array("q", sorted(shared)).tobytes()
+    for worker in workers:
+        if not worker.send(frame):
+            raise _OneProcess("a worker stopped")
+    if not shared:
+        return 0
+    found: dict[str, list[tuple[float, int]]] = {}  # event id -> (time of the copy, shard)
+    for event_id, ts in _copies(seen, frame):
+        found.setdefault(event_id, []).append((ts, 0))
+    for shard, worker in enumerate(workers, start=1):
+        answer = worker.receive()
+        if answer is None:
+            raise _OneProcess("a worker stopped")
+        for event_id, ts in marshal.loads(answer):
+            found.setdefault(event_id, []).append((ts, shard))
+    dropped: list[list[str]] = [[] for _ in range(len(workers) + 1)]
+    for event_id, copies in found.items():
+        if len(copies) < 2:  # one id of a hash two ids share
+            continue
+        copies.sort()
+        if copies[0][0] == copies[1][0]:
+            raise _OneProcess("copies of an event id at one time under queries of two shards")
+        for _ts, shard in copies[1:]:
+            dropped[shard].append(event_id)
+    for shard, worker in enumerate(workers, start=1):
+        if not worker.send(marshal.dumps(dropped[shard])):
+            raise _OneProcess("a worker stopped")
+    for event_id in dropped[0]:
+        del seen[event_id]
+    return len(dropped[0])
 
 
 class _Frames:
@@ -549,10 +628,11 @@ def _join(
     events: Iterable[EventFields],
     keep: list[object] | None = None,
     progress: Progress | None = None,
-    ids: bool = False,
+    settle_ids: Callable[[dict[Any, EventFields]], int] | None = None,
 ) -> _Shard:
     """The join of :func:`join_in_batch` and the values of each query, per group, not yet added
-    up (with ``ids``, the hashes of the kept events' ids too).
+    up. With ``settle_ids``, the events kept are handed to it before they are judged: it leaves
+    out copies of event ids that count in another shard, and says how many.
 
     No per-record pipeline step is needed: the records are deduplicated into dicts, the events
     judged, and only queries with attributed events scored -- the others count as queries with
@@ -589,6 +669,8 @@ def _join(
             duplicate_events += 1
             if ts < first[3]:  # copies of an event_id may differ: the earliest counts
                 seen[key] = ev
+    if settle_ids is not None:
+        duplicate_events += settle_ids(seen)
 
     if progress is not None:
         progress.stage(f"judging {len(seen):,} events against {len(kept):,} queries")
@@ -645,10 +727,9 @@ def _join(
         "unknown_query": unknown,
         "attributed": n_attributed,
     }
-    hashes = array.array("q", [hash(key) for key in seen if type(key) is str] if ids else [])
     if keep is not None:
         keep += (kept, seen)
-    return counts, groups, hashes.tobytes()
+    return counts, groups
 
 
 def _settle(pipeline: Pipeline, shards: list[_Shard]) -> None:
@@ -657,7 +738,7 @@ def _settle(pipeline: Pipeline, shards: list[_Shard]) -> None:
     summed correctly rounded."""
     counters = pipeline.counters
     counts: Counter[str] = Counter()
-    for shard_counts, _, _ in shards:
+    for shard_counts, _ in shards:
         counts.update(shard_counts)
     counters.duplicates["impressions"] += counts["duplicate_impressions"]
     counters.duplicates["events"] += counts["duplicate_events"]
@@ -667,7 +748,7 @@ def _settle(pipeline: Pipeline, shards: list[_Shard]) -> None:
     counters.attributed += counts["attributed"]
 
     parts: dict[tuple[str, ...], list[tuple[float, int, int, int, list[bytes]]]] = {}
-    for _, groups, _ in shards:
+    for _, groups in shards:
         for labels, part in groups.items():
             parts.setdefault(labels, []).append(part)
     # sorted() is stable: one shard's groups stay in the order they first settled

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import marshal
 import os
 import random
 import tempfile
@@ -10,6 +9,7 @@ from io import StringIO
 from pathlib import Path
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,11 +18,20 @@ from streameval.replay import Progress, _cuts, build_report, run_replay
 from tests.logs import random_log
 
 
-def write_log(directory: Path, seed: int, blank_lines: bool, last_newline: bool) -> tuple[str, list[str]]:
+def write_log(
+    directory: Path, seed: int, blank_lines: bool, last_newline: bool, id_copies: bool = True
+) -> tuple[str, list[str]]:
     """A random log with bad records, duplicates and orphans, its events in two files (clicks
     and purchases, the second typed by its name), blank lines here and there."""
     rng = random.Random(seed)
     log = random_log(rng, n_queries=rng.randint(1, 120))
+    # copies of an event id under other queries (and other items, times, types): one counts
+    with_ids = [ev for ev in log.valid_events if "event_id" in ev]
+    for ev in rng.sample(with_ids, min(len(with_ids), rng.randint(0, 8) if id_copies else 0)):
+        other = rng.choice(log.valid_impressions)
+        ts = ev["ts"] + rng.choice([-60.0, -1.0, 0.0, 1.0, 60.0])
+        copy = dict(ev, query_id=other["query_id"], item=rng.choice(other["items"]), ts=ts)
+        log.events.insert(rng.randrange(len(log.events) + 1), orjson.dumps(copy))
     clicks, purchases = [], []
     for line in log.events:
         event = orjson.loads(line) if line.startswith(b"{") else None
@@ -84,25 +93,37 @@ def why_alone(imps: str, events: list[str], workers: int, max_groups: int = 1000
 
 
 def test_what_needs_one_process_is_replayed_in_one(tmp_path) -> None:
-    imps, events = write_log(tmp_path, 11, False, True)
+    imps, events = write_log(tmp_path, 11, False, True, id_copies=False)
     assert why_alone(imps, events, 2) is None
     # more groups than max_groups: admitted in the order they first settle, by one process
     assert why_alone(imps, events, 2, max_groups=2) == "more groups than max_groups (2)"
     assert replayed(imps, events, 2, 2) == replayed(imps, events, 1, 2)
-    # copies of one event id for two queries: one counts, wherever their queries are
+
+
+def test_copies_of_an_event_id_under_many_queries_count_once_across_shards(tmp_path) -> None:
+    imps, events = write_log(tmp_path, 11, False, True, id_copies=False)
     lines = Path(events[0]).read_bytes().splitlines()
     copies = [orjson.loads(line) for line in lines if line.startswith(b'{"query_id"')][:40]
+    original = Path(events[0]).read_bytes()
+    # the copies in each shard at other times: the earliest counts, wherever its query is
     with open(events[0], "ab") as out:
         for n, event in enumerate(copies):
-            out.write(orjson.dumps(dict(event, event_id="shared", ts=event["ts"] + n)) + b"\n")
-    assert why_alone(imps, events, 2) == "an event id under queries of two shards"
+            out.write(orjson.dumps(dict(event, event_id="shared", ts=1_700_000_000.0 + n)) + b"\n")
+    assert why_alone(imps, events, 2) is None
+    assert replayed(imps, events, 2) == replayed(imps, events, 1)
+    # all at one time: the first in the files counts, an order the shards do not share
+    Path(events[0]).write_bytes(original)
+    with open(events[0], "ab") as out:
+        for event in copies:
+            out.write(orjson.dumps(dict(event, event_id="shared", ts=1_700_000_000.0)) + b"\n")
+    assert why_alone(imps, events, 2) == "copies of an event id at one time under queries of two shards"
     assert replayed(imps, events, 2) == replayed(imps, events, 1)
 
 
 def test_groups_over_max_groups_only_across_parts_are_found_too(tmp_path) -> None:
     # the main process's part of the impressions (up to the line holding its middle byte) has
     # one model, the worker's another: each part alone is within max_groups = 1, the two are not
-    imps, events = write_log(tmp_path, 5, False, True)
+    imps, events = write_log(tmp_path, 5, False, True, id_copies=False)
     lines = [orjson.loads(line) for line in Path(imps).read_bytes().splitlines() if line.startswith(b'{"q')]
     size = sum(len(orjson.dumps(dict(imp, model="a", surface="s"))) + 1 for imp in lines)
     out, at = [], 0
@@ -115,30 +136,33 @@ def test_groups_over_max_groups_only_across_parts_are_found_too(tmp_path) -> Non
     assert replayed(imps, events, 2, 1) == replayed(imps, events, 1, 1)
 
 
-def test_a_worker_that_dies_leaves_the_replay_to_one_process(tmp_path, monkeypatch) -> None:
+@pytest.mark.parametrize("dies_at", [1, 2, 3])
+def test_a_worker_that_dies_leaves_the_replay_to_one_process(tmp_path, monkeypatch, dies_at) -> None:
     import streameval.replay
 
-    imps, events = write_log(tmp_path, 7, True, True)
+    imps, events = write_log(tmp_path, 7, True, True, id_copies=False)
     alone = replayed(imps, events, 1)
     work = streameval.replay._work
 
-    def dies_after_passing_records(pipeline, sources, cuts, part, n, main):
-        records_sent = main.send
+    def dies(pipeline, sources, cuts, part, n, main):
+        # with 2 processes a worker sends its records for the other shard, the hashes of its
+        # event ids, and its answer: it dies instead of its dies_at-th send
+        sends, send = [], main.send
 
-        def send(frame):  # the records go, the result does not
-            if type(marshal.loads(frame)) is tuple:  # (its counts, its shard), not [file][records]
+        def send_or_die(frame):
+            sends.append(frame)
+            if len(sends) == dies_at:
                 os._exit(9)
-            return records_sent(frame)
+            return send(frame)
 
-        main.send = send
+        main.send = send_or_die
         work(pipeline, sources, cuts, part, n, main)
 
-    monkeypatch.setattr(streameval.replay, "_work", lambda *args: os._exit(9))
-    assert why_alone(imps, events, 3) == "a worker stopped"
-    assert replayed(imps, events, 3) == alone
-    monkeypatch.setattr(streameval.replay, "_work", dies_after_passing_records)
+    monkeypatch.setattr(streameval.replay, "_work", dies)
     assert why_alone(imps, events, 2) == "a worker stopped"
     assert replayed(imps, events, 2) == alone
+    monkeypatch.setattr(streameval.replay, "_work", lambda *args: os._exit(9))
+    assert why_alone(imps, events, 3) == "a worker stopped"
 
 
 @settings(max_examples=200, deadline=None)
@@ -161,8 +185,6 @@ def test_cuts_fall_at_line_ends_and_cover_the_file(lines, last_newline, parts) -
 
 
 def test_a_file_that_cannot_be_cut_is_an_input_error(tmp_path) -> None:
-    import pytest
-
     from streameval.errors import InputError
 
     with pytest.raises(InputError, match="cannot be read"):
