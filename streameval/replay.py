@@ -394,9 +394,10 @@ def _work(
     main: _Frames,
 ) -> None:
     """A worker: part ``part`` of every file decoded and dealt, each other shard's records
-    sent to the main process, its own shard's received, joined and scored, and that sent."""
-    progress = Progress(every=math.inf)  # this process prints the progress
-    progress.mask = -1  # ...and never looks at the clock
+    sent to the main process, its own shard's received and joined (the event ids it shares with
+    other shards settled with the main process) and scored, and that sent."""
+    progress = Progress(every=math.inf)  # the main process prints the progress
+    progress.mask = -1  # ...and this one never looks at the clock
     decoding = _Decoding(progress)
     mine = _deal(decoding, sources, cuts, part, n)
     for shard in range(n):
