@@ -315,22 +315,13 @@ def _replay_in_shards(
             raise _OneProcess(too_many)
         progress.stage(f"passing records between {n} processes")
         # the records each worker read for the other shards: [worker][shard] (its own left out)
-        sent: list[list[bytes]] = []
-        for worker in workers:
-            frames = [worker.receive() for _ in range(n - 1)]
-            if None in frames:
-                raise _OneProcess("a worker stopped")
-            sent.append(frames)  # type: ignore[arg-type]
+        sent = [[worker.receive() for _ in range(n - 1)] for worker in workers]
         for to, worker in enumerate(workers, start=1):
             for part in range(n):
                 if part == 0:
-                    frame = marshal.dumps(mine[to])
+                    worker.send(marshal.dumps(mine[to]))
                 elif part != to:
-                    frame = sent[part - 1][to if to < part else to - 1]
-                else:
-                    continue
-                if not worker.send(frame):
-                    raise _OneProcess("a worker stopped")
+                    worker.send(sent[part - 1][to if to < part else to - 1])
         parts = [mine[0]] + [marshal.loads(frames[0]) for frames in sent]
         progress.stage(f"joining and scoring in {n} processes")
         left: list[object] = [mine, parts]  # for ``keep``, once the replay is done here
@@ -344,13 +335,12 @@ def _replay_in_shards(
         )
         shards = [own]
         for worker in workers:
-            result = worker.receive()
-            if result is None:
-                raise _OneProcess("a worker stopped")
-            consumed, rejected, their_shard = marshal.loads(result)
+            consumed, rejected, their_shard = marshal.loads(worker.receive())
             decoding.consumed.update(consumed)
             decoding.rejected.update(rejected)
             shards.append(their_shard)
+    except (EOFError, OSError):  # from a pipe: the files' errors are InputErrors
+        raise _OneProcess("a worker stopped") from None
     finally:
         for worker in workers:
             worker.stop()
@@ -401,17 +391,9 @@ def _work(
     decoding = _Decoding(progress)
     mine = _deal(decoding, sources, cuts, part, n)
     for shard in range(n):
-        if shard != part and not main.send(marshal.dumps(mine[shard])):
-            raise EOFError("the main process went away")
-    parts = []
-    for other in range(n):
-        if other == part:
-            parts.append(mine[part])
-        else:
-            frame = main.receive()
-            if frame is None:
-                raise EOFError("the main process went away")
-            parts.append(marshal.loads(frame))
+        if shard != part:
+            main.send(marshal.dumps(mine[shard]))
+    parts = [mine[part] if other == part else marshal.loads(main.receive()) for other in range(n)]
     own = _join(
         pipeline.settings,
         pipeline.scorer,
@@ -422,9 +404,9 @@ def _work(
     main.send(marshal.dumps((dict(decoding.consumed), dict(decoding.rejected), own)))
 
 
-def _id_hashes(seen: dict[Any, EventFields]) -> bytes:
+def _id_hashes(seen: dict[Any, EventFields]) -> array.array[int]:
     """The hashes of the event ids kept in a shard (``seen``'s string keys)."""
-    return array.array("q", [hash(key) for key in seen if type(key) is str]).tobytes()
+    return array.array("q", [hash(key) for key in seen if type(key) is str])
 
 
 def _copies(seen: dict[Any, EventFields], hashes: bytes) -> list[tuple[str, float]]:
@@ -436,19 +418,12 @@ def _copies(seen: dict[Any, EventFields], hashes: bytes) -> list[tuple[str, floa
 def _ids_in_worker(main: _Frames, seen: dict[Any, EventFields]) -> int:
     """A worker's side of :func:`_ids_here`: the copies it keeps that do not count are left out
     of ``seen``; returns how many."""
-    if not main.send(_id_hashes(seen)):
-        raise EOFError("the main process went away")
+    main.send(_id_hashes(seen).tobytes())
     shared = main.receive()
-    if shared is None:
-        raise EOFError("the main process went away")
     if not shared:  # the common case: no event id kept in two shards
         return 0
-    if not main.send(marshal.dumps(_copies(seen, shared))):
-        raise EOFError("the main process went away")
-    frame = main.receive()
-    if frame is None:
-        raise EOFError("the main process went away")
-    dropped = marshal.loads(frame)
+    main.send(marshal.dumps(_copies(seen, shared)))
+    dropped = marshal.loads(main.receive())
     for event_id in dropped:
         del seen[event_id]
     return len(dropped)
@@ -458,12 +433,7 @@ def _ids_here(workers: list[_Worker], seen: dict[Any, EventFields]) -> int:
     """Settles the event ids kept in more than one shard, this process's ``seen`` and each
     worker's: of the copies each shard keeps (its earliest), the earliest counts and the
     others are left out; returns how many here. Raises _OneProcess when two have one time."""
-    hashes = [set(array.array("q", _id_hashes(seen)))]
-    for worker in workers:
-        frame = worker.receive()
-        if frame is None:
-            raise _OneProcess("a worker stopped")
-        hashes.append(set(array.array("q", frame)))
+    hashes = [set(_id_hashes(seen))] + [set(array.array("q", worker.receive())) for worker in workers]
     shared: set[int] = set()
     union: set[int] = set()
     for shard_hashes in hashes:
@@ -471,18 +441,14 @@ def _ids_here(workers: list[_Worker], seen: dict[Any, EventFields]) -> int:
         union |= shard_hashes
     frame = array.array("q", sorted(shared)).tobytes()
     for worker in workers:
-        if not worker.send(frame):
-            raise _OneProcess("a worker stopped")
+        worker.send(frame)
     if not shared:
         return 0
     found: dict[str, list[tuple[float, int]]] = {}  # event id -> (time of the copy, shard)
     for event_id, ts in _copies(seen, frame):
         found.setdefault(event_id, []).append((ts, 0))
     for shard, worker in enumerate(workers, start=1):
-        answer = worker.receive()
-        if answer is None:
-            raise _OneProcess("a worker stopped")
-        for event_id, ts in marshal.loads(answer):
+        for event_id, ts in marshal.loads(worker.receive()):
             found.setdefault(event_id, []).append((ts, shard))
     dropped: list[list[str]] = [[] for _ in range(len(workers) + 1)]
     for event_id, copies in found.items():
@@ -494,8 +460,7 @@ def _ids_here(workers: list[_Worker], seen: dict[Any, EventFields]) -> int:
         for _ts, shard in copies[1:]:
             dropped[shard].append(event_id)
     for shard, worker in enumerate(workers, start=1):
-        if not worker.send(marshal.dumps(dropped[shard])):
-            raise _OneProcess("a worker stopped")
+        worker.send(marshal.dumps(dropped[shard]))
     for event_id in dropped[0]:
         del seen[event_id]
     return len(dropped[0])
@@ -507,26 +472,22 @@ class _Frames:
     def __init__(self, inbox: BinaryIO | None, outbox: BinaryIO | None) -> None:
         self.inbox, self.outbox = inbox, outbox
 
-    def receive(self) -> bytes | None:
-        """The next frame; None at the end of the stream."""
+    def receive(self) -> bytes:
+        """The next frame; EOFError when the other end has gone."""
         assert self.inbox is not None
         head = self.inbox.read(8)
-        if len(head) < 8:
-            return None
         size = int.from_bytes(head, "little")
-        frame = self.inbox.read(size)
-        return frame if len(frame) == size else None
+        frame = self.inbox.read(size) if len(head) == 8 else b""
+        if len(head) < 8 or len(frame) < size:
+            raise EOFError("the other end of the pipe went away")
+        return frame
 
-    def send(self, frame: bytes) -> bool:
-        """Whether it was written (False: the other end is gone)."""
+    def send(self, frame: bytes) -> None:
+        """Writes the frame (an OSError, BrokenPipeError, when the other end has gone)."""
         assert self.outbox is not None
-        try:
-            self.outbox.write(len(frame).to_bytes(8, "little"))
-            self.outbox.write(frame)
-            self.outbox.flush()
-        except OSError:
-            return False
-        return True
+        self.outbox.write(len(frame).to_bytes(8, "little"))
+        self.outbox.write(frame)
+        self.outbox.flush()
 
 
 class _Worker(_Frames):
