@@ -167,10 +167,12 @@ class Pipeline:
 
     # --- JoinSink ------------------------------------------------------------------------------
 
-    def group_of(self, labels: tuple[str, ...]) -> tuple[str, ...]:
+    def group_of(self, labels: tuple[str, ...], queries: int = 1) -> tuple[str, ...]:
+        """The group of ``queries`` impressions with these labels (replay asks once for all of
+        a group's queries)."""
         mapped = self.group_cap.map(labels)
         if mapped is None:
-            self.counters.groups_folded += 1
+            self.counters.groups_folded += queries
             return self.group_cap.other
         return mapped
 

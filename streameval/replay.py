@@ -717,10 +717,7 @@ def _settle(pipeline: Pipeline, shards: list[_Shard]) -> None:
     in_order = sorted(parts.items(), key=lambda item: min(part[0] for part in item[1]))
     admitted: dict[tuple[str, ...], list[tuple[float, int, int, int, list[bytes]]]] = {}
     for labels, group_parts in in_order:
-        group = pipeline.group_cap.map(labels)
-        if group is None:
-            counters.groups_folded += sum(part[1] for part in group_parts)
-            group = pipeline.group_cap.other
+        group = pipeline.group_of(labels, sum(part[1] for part in group_parts))
         admitted.setdefault(group, []).extend(group_parts)
     n_metrics = len(pipeline.metrics)
     for group, group_parts in admitted.items():
