@@ -607,7 +607,8 @@ def _join(
     # None, an (item, grade) pair or a dict]
     kept: dict[str, list[Any]] = {}
     duplicate_impressions = 0
-    # one tuple per group, held by all its queries
+    # one tuple per group, held by all its queries (the decoder shares them among the records
+    # one process decodes; records passed from another process come with their own)
     shared_labels: dict[tuple[str, ...], tuple[str, ...]] = {}
     for query_id, ts, items, group in impressions:
         group = shared_labels.setdefault(group, group)
