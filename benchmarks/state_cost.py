@@ -4,7 +4,8 @@ Runs the daemon's pipeline (provisional sums and windows on, no Kafka) in this p
 synthetic steady stream: ``density`` impressions per second of event time, each followed by a
 click 5 s later (half of them) and a purchase 20 s later (a tenth). With the 30 min horizon,
 ``--open N`` sets the density to N / 1800 s, so N queries are open at any time once the stream
-has run a horizon. Every record goes through decoding, as in the daemon.
+has run a horizon. Every record goes through decoding, as in the daemon, and the collector runs
+as in the daemon (no automatic full collections: ``streameval/collector.py``).
 
 - default: warm up for two horizons (open queries at N, settling and windows in steady state),
   then time ``--measure`` more records in three chunks; prints the median cost per record.
@@ -33,6 +34,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from streameval.collector import FullCollections  # noqa: E402
 from streameval.config import load_settings  # noqa: E402
 from streameval.pipeline import Pipeline  # noqa: E402
 
@@ -92,6 +94,7 @@ def main() -> None:
             "horizon": f"{HORIZON_S:.0f}s",
         },
     )
+    FullCollections()  # for the whole process, as ``streameval run`` has it
     density = args.open / HORIZON_S
     records = stream(density, args.list_len)
     pipeline = Pipeline(settings)

@@ -16,6 +16,7 @@ from typing import Any
 
 from kafka.errors import KafkaError
 
+from streameval.collector import FullCollections
 from streameval.config import Settings
 from streameval.errors import InputError, StreamevalError
 from streameval.exporter import registry
@@ -72,6 +73,7 @@ def run(settings: Settings) -> int:
     server.start()
     stop = Stop()
     previous = {s: signal.signal(s, stop.handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    collections = FullCollections()  # from here: the restore builds the state
     try:
         running.append(_connect(settings))
         loop = running[0]
@@ -83,12 +85,14 @@ def run(settings: Settings) -> int:
                 loop.run_once()
                 health.beat()
                 history.record(loop.view)
+                collections.tick()
         finally:
             log.info(
                 "stopping: final checkpoint, closing clients (at most %.0f s)", settings.shutdown_timeout
             )
             clean = loop.close()
     finally:
+        collections.end()
         server.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)

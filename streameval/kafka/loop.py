@@ -29,6 +29,7 @@ checkpoint covers) and nothing counts twice (what an aborted transaction held is
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import time
@@ -171,6 +172,7 @@ class ConsumerLoop:
         self.transactions.abort()
         self.restorer.cancel(list(self.restorer.restoring))
         self.partitions = {}
+        _reclaim_dropped_state()
         self._awaiting_offsets = set()
         self._paused = set()
         self._ends_backoff = END_OFFSETS_INTERVAL_S
@@ -198,6 +200,7 @@ class ConsumerLoop:
                 self._ends.pop(tp, None)
         self.restorer.cancel([p for p in gone if p in self.restorer.restoring])
         self._awaiting_offsets.difference_update(gone)
+        _reclaim_dropped_state()
         log.info("partitions %s given up to another member", gone)
 
     def follow_assignment(self) -> None:
@@ -641,6 +644,13 @@ class ConsumerLoop:
                 autocommit=False, timeout_ms=int(max(0.5, deadline - time.monotonic()) * 1000)
             )
         return ok
+
+
+def _reclaim_dropped_state() -> None:
+    """A partition's dropped state is held in reference cycles (its pipeline and join point at
+    each other), which only a full collection reclaims; the daemon runs those itself, every few
+    minutes (``streameval/collector.py``), so a dropped state is collected now instead."""
+    gc.collect()
 
 
 def _release_parked_fetches(consumer: KafkaConsumer) -> None:
