@@ -3,7 +3,8 @@
 Builds the state with the real pipeline, writes its changelog entries into a fresh compacted
 topic in one transaction (as checkpoints do), then measures (1) the floor: a bare
 read_committed consumer reading every entry, (2) the daemon's Restorer reading and decoding them
-to the end, and (3) turning them into a pipeline (``state.restore``). Also reports the changelog
+to the end, and (3) turning them into a pipeline (``state.restore``); with the garbage collector
+set as the daemon sets it (``streameval/collector.py``). Also reports the changelog
 bytes per open query. Needs a broker (deploy/kafka/local.sh start).
 """
 
@@ -18,6 +19,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
 from streameval import state
+from streameval.collector import FullCollections
 from streameval.config import load_settings
 from streameval.kafka.changelog import CHANGELOG_CONFIGS, Restorer
 from streameval.pipeline import Pipeline
@@ -40,6 +42,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=100_000)
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
     args = parser.parse_args()
+    FullCollections()  # as ``streameval run`` has it, for the whole process
     group = f"benchrestore{uuid.uuid4().hex[:8]}"
     settings = load_settings(None, {}, {"bootstrap_servers": args.bootstrap, "group_id": group})
     topic = settings.changelog_topic
