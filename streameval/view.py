@@ -5,6 +5,7 @@ exporter and the HTTP pages from another thread. Merging per-partition snapshots
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -70,10 +71,9 @@ class Latency:
     def observe(self, seconds: float) -> None:
         seconds = max(seconds, 0.0)
         self.total += seconds
-        for i, bound in enumerate(LATENCY_BUCKETS):
-            if seconds <= bound:
-                self.counts[i] += 1
-                return
+        # the first bucket whose bound is >= seconds (the last is +Inf), found in C: on a
+        # backlog every record is minutes late, and a loop over the bounds was 2% of the daemon
+        self.counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
 
     def cumulative(self) -> list[tuple[str, int]]:
         out, running = [], 0

@@ -13,7 +13,7 @@ from streameval.history import History
 from streameval.http import Health, make_app
 from streameval.pipeline import Pipeline
 from streameval.records import Engagement, Impression
-from streameval.view import Operations, View, merge_snapshots
+from streameval.view import LATENCY_BUCKETS, Latency, Operations, View, merge_snapshots
 from tests.promtool import check_metrics
 
 T0 = 1_700_000_000.0
@@ -129,3 +129,15 @@ def test_router() -> None:
     assert call(app, "/nope")[0].startswith("404")
     now[0] = 100.0
     assert call(app, "/healthz")[0].startswith("503")
+
+
+def test_latency_histogram_counts_each_observation_in_the_first_bucket_that_holds_it() -> None:
+    latency = Latency()
+    observed = [-1.0, 0.0, *LATENCY_BUCKETS[:-1], *(b * 1.01 for b in LATENCY_BUCKETS[:-1]), 1e9]
+    for seconds in observed:
+        latency.observe(seconds)
+    expected = [0] * len(LATENCY_BUCKETS)
+    for seconds in observed:  # the bucket ``le`` its bound, by definition; negative counts as 0
+        expected[next(i for i, b in enumerate(LATENCY_BUCKETS) if max(seconds, 0.0) <= b)] += 1
+    assert latency.counts == expected
+    assert latency.cumulative()[-1] == ("+Inf", len(observed))
