@@ -2,8 +2,8 @@
 
 The daemon's state is millions of long-lived objects (open queries, their scores, dedup keys,
 tombstones). By default CPython scans all of them again each time the objects that survived two
-collections grow by a quarter: on a backlog, where the state only grows, that was a quarter of
-the daemon's time (2.5 of 11.8 s on a 243k-record backlog, 16 full collections). Almost none of
+collections grow by a quarter: on a backlog, where the state only grows, that was a fifth of the
+daemon's time (2.5 of 11.8 s on a 243k-record backlog, 16 full collections). Almost none of
 the state is garbage: it is freed by reference counting the moment a query settles or a key is
 forgotten, which the collector's settings do not touch. So the daemon turns the automatic full
 collections off and runs one itself every ``FULL_COLLECTION_INTERVAL_S``: a reference cycle
