@@ -1,10 +1,10 @@
-"""A compiled build of replay's hot modules with mypyc, for figure 1's second row.
+"""A compiled build of the hot modules with mypyc, for figures 1' (replay) and 2' (the daemon).
 
 Not shipped: ``pip install`` stays pure Python and needs no compiler. This copies the package
 to a scratch directory and compiles there (a C compiler and mypyc, from ``pip install -e
 ".[bench]"``); a process started in that directory imports the compiled modules, since an
 extension module is preferred to a ``.py`` file of the same name. Everything else (config,
-pipeline, CLI) stays interpreted.
+CLI, the Kafka clients and loop, the exporter) stays interpreted.
 
     python benchmarks/compiled.py DIR    # builds into DIR/streameval; prints DIR
 """
@@ -18,7 +18,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: replay's per-record and per-query work: decoding, the batch join, scoring, sums
+#: the per-record and per-query work: decoding, scoring, sums; replay's batch join; the daemon's
+#: join, pipeline, windows, deadlines, watermark, aligner, checkpoint encoding and view
 MODULES = [
     "streameval/records.py",
     "streameval/replay.py",
@@ -27,6 +28,14 @@ MODULES = [
     "streameval/scoring/ap.py",
     "streameval/scoring/ndcg.py",
     "streameval/scoring/rates.py",
+    "streameval/join.py",
+    "streameval/pipeline.py",
+    "streameval/windows.py",
+    "streameval/deadlines.py",
+    "streameval/clock.py",
+    "streameval/state.py",
+    "streameval/kafka/align.py",
+    "streameval/view.py",
 ]
 
 

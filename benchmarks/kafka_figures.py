@@ -7,6 +7,7 @@ run ``streameval run`` as users do, reading its ``/metrics``.
 from __future__ import annotations
 
 import bisect
+import difflib
 import statistics
 import subprocess
 import sys
@@ -93,10 +94,33 @@ def consumed(port: int) -> float:
     return total
 
 
-class Daemon:
-    """``streameval run`` on the topics, in a group of its own."""
+#: the /metrics families that depend on the input alone (not on time or on checkpoints): equal
+#: for two daemons that processed the same backlog. Not the orphans held or the unattributed
+#: events: once a partition is caught up its watermark advances with the wall clock, and orphans
+#: expire a few seconds earlier or later (open queries would too, after the 30 min horizon)
+INPUT_FAMILIES = (
+    "streameval_provisional_",
+    "streameval_records_consumed_total",
+    "streameval_records_rejected_total",
+    "streameval_duplicates_total",
+    "streameval_events_attributed_total",
+    "streameval_open_queries",
+    "streameval_groups_folded_total",
+    "streameval_impressions_late_total",
+)
 
-    def __init__(self, topics: Topics, port: int, commit_interval: str, log) -> None:
+
+def input_metrics(port: int) -> list[str]:
+    """The lines of /metrics of the input-determined families (see INPUT_FAMILIES)."""
+    text = scrape(port) or ""
+    return [line for line in text.splitlines() if line.startswith(INPUT_FAMILIES)]
+
+
+class Daemon:
+    """``streameval run`` on the topics, in a group of its own, started in ``cwd`` (a directory
+    with a compiled copy of the package runs that copy)."""
+
+    def __init__(self, topics: Topics, port: int, commit_interval: str, log, cwd: Path = ROOT) -> None:
         self.port = port
         cmd = [PY, "-m", "streameval", "run", "--bootstrap-servers", topics.bootstrap]
         cmd += ["--group-id", f"{topics.prefix}.run-{uuid.uuid4().hex[:6]}"]
@@ -104,7 +128,7 @@ class Daemon:
         cmd += ["--dead-letter-topic", f"{topics.prefix}.dlq", "--metrics-host", "127.0.0.1"]
         cmd += ["--metrics-port", str(port), "--commit-interval", commit_interval]
         self.started = time.perf_counter()
-        self.process = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+        self.process = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=log)
 
     def wait_consumed(self, n: int, timeout: float = 600.0) -> float:
         """Seconds from the start until /metrics counts ``n`` records."""
@@ -146,8 +170,10 @@ def bare_consumer(topics: Topics, n: int, log) -> float:
     return time.perf_counter() - start
 
 
-def figure_2(bootstrap: str, duration_s: int, port: int, log, say) -> dict:
-    """The daemon end to end on a backlog, against the bare consumer (best of two each)."""
+def figure_2(bootstrap: str, duration_s: int, port: int, log, say, compiled: Path | None = None) -> dict:
+    """The daemon end to end on a backlog, against the bare consumer (best of two each); also
+    the daemon with its per-record modules compiled (``compiled``: a directory from
+    ``compiled.build``), whose input-determined metrics must equal the interpreted one's."""
     topics = new_topics(bootstrap)
     try:
         say(f"figure 2: producing a backlog with streameval simulate --fast ({duration_s} s of traffic)")
@@ -155,32 +181,49 @@ def figure_2(bootstrap: str, duration_s: int, port: int, log, say) -> dict:
             raise RuntimeError("streameval simulate failed")
         n = record_count(topics)
         say(f"figure 2: {n:,} records in 2 topics x 3 partitions")
-        floor, run, run_no_ckpt = [], [], []
-        for attempt in range(2):
-            floor.append(bare_consumer(topics, n, log))
-            daemon = Daemon(topics, port, "5s", log)
+        floor: list[float] = []
+        run: list[float] = []
+        fast: list[float] = []
+        seen: list[list[str]] = []
+
+        def daemon_run(times: list[float], commit_interval: str = "5s", cwd: Path = ROOT) -> None:
+            daemon = Daemon(topics, port, commit_interval, log, cwd=cwd)
             try:
-                run.append(daemon.wait_consumed(n))
+                times.append(daemon.wait_consumed(n))
+                seen.append(input_metrics(port))
             finally:
                 daemon.stop()
-            say(
-                f"figure 2: round {attempt + 1}: bare consumer {floor[-1]:.2f} s, "
-                f"streameval run {run[-1]:.2f} s"
-            )
-        daemon = Daemon(topics, port, "1h", log)
-        try:
-            run_no_ckpt.append(daemon.wait_consumed(n))
-        finally:
-            daemon.stop()
-        t_floor, t_run, t_plain = min(floor), min(run), min(run_no_ckpt)
-        return {
+
+        for attempt in range(2):
+            floor.append(bare_consumer(topics, n, log))
+            daemon_run(run)
+            line = f"figure 2: round {attempt + 1}: bare consumer {floor[-1]:.2f} s, "
+            line += f"streameval run {run[-1]:.2f} s"
+            if compiled is not None:
+                daemon_run(fast, cwd=compiled)
+                line += f", compiled {fast[-1]:.2f} s"
+            say(line)
+        plain: list[float] = []
+        daemon_run(plain, "1h")
+        for i, lines in enumerate(seen[1:], start=2):
+            if lines != seen[0]:  # into the log: which metrics, to see why
+                diff = difflib.unified_diff(seen[0], lines, "run 1", f"run {i}", lineterm="")
+                log.write(("\n".join(diff) + "\n").encode())
+        result = {
             "records": n,
-            "bare_consumer_s": t_floor,
-            "run_s": t_run,
-            "run_without_checkpoints_s": t_plain,
-            "ratio": t_floor / t_run,
-            "ratio_without_checkpoints": t_floor / t_plain,
+            "bare_consumer_s": min(floor),
+            "run_s": min(run),
+            "run_without_checkpoints_s": min(plain),
+            "ratio": min(floor) / min(run),
+            "ratio_without_checkpoints": min(floor) / min(plain),
+            "runs_s": {"bare_consumer": floor, "run": run, "compiled": fast},
+            # every run, compiled or not, with or without checkpoints, counted the same
+            "same_metrics": all(lines == seen[0] for lines in seen) and bool(seen[0]),
         }
+        if fast:
+            result["compiled_run_s"] = min(fast)
+            result["compiled_ratio"] = min(floor) / min(fast)
+        return result
     finally:
         topics.delete()
 

@@ -44,6 +44,9 @@ def test_benchmark_command_writes_all_six_figures(bootstrap, tmp_path) -> None:
     if "compiled_ratio" in figures["1_replay"]:  # a C compiler was at hand: the same report
         assert figures["1_replay"]["compiled_same_report"] is True
     assert figures["2_daemon"]["ratio"] > 0
+    # every run of the daemon on the backlog (compiled or not, with checkpoints or not) counted
+    # the same records and showed the same provisional metrics
+    assert figures["2_daemon"]["same_metrics"] is True
     assert figures["4_memory"]["bytes_per_open_query"] > 0
     if not optional:
         assert figures["5_batch_route"]["largest_difference"] < 1e-9  # ranx agrees with replay
