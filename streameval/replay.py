@@ -219,9 +219,14 @@ class _Decoding:
                     else:
                         yield record
         except OSError as exc:
-            raise InputError(f"{source.path}: cannot be read ({exc.strerror})") from None
+            raise _unreadable(source.path, exc) from None
         self.consumed[topic] += read - self.read
         self.read = read
+
+
+def _unreadable(path: str, exc: OSError) -> InputError:
+    """The error for an input file that cannot be read, when cutting it or reading it."""
+    return InputError(f"{path}: cannot be read ({exc.strerror})")
 
 
 def _cuts(path: str, parts: int) -> list[int]:
@@ -239,7 +244,7 @@ def _cuts(path: str, parts: int) -> list[int]:
                 handle.readline()  # to the end of the line that holds byte at - 1
                 cuts.append(handle.tell())
     except OSError as exc:
-        raise InputError(f"{path}: cannot be read ({exc.strerror})") from None
+        raise _unreadable(path, exc) from None
     cuts.append(max(size, cuts[-1]))
     return cuts
 
