@@ -3,7 +3,8 @@
 #   docker run --rm streameval run --bootstrap-servers kafka:9092
 FROM python:3.11-slim
 WORKDIR /app
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md setup.py ./
+COPY build_backend ./build_backend
 COPY streameval ./streameval
 RUN pip install --no-cache-dir . && useradd --system --no-create-home streameval
 USER streameval

@@ -114,8 +114,8 @@ RUNS_OF_FIGURE_1 = 5
 
 
 def compiled_build(scratch: Path, log: Any) -> Path | None:
-    """The hot modules compiled by mypyc in a copy of the package (not shipped;
-    ``compiled.py``), for figures 1' and 2'; None when there is no compiler or mypyc."""
+    """The compiled install (``STREAMEVAL_MYPYC=1 pip install``, ``compiled.py``) in a directory
+    of its own, for figures 1' and 2'; None when it cannot be built (no C compiler)."""
     from benchmarks import compiled
 
     try:
@@ -123,7 +123,7 @@ def compiled_build(scratch: Path, log: Any) -> Path | None:
     except RuntimeError as exc:
         say(f"no compiled build ({exc}): figures 1' and 2' left out")
         return None
-    say(f"the hot modules compiled with mypyc in {build}")
+    say(f"the compiled install (STREAMEVAL_MYPYC=1) in {build}")
     return build
 
 
@@ -131,7 +131,7 @@ def figure_1(files: list[Path], log: Any, build: Path | None) -> dict[str, Any]:
     """replay against reading + decoding the same files: five runs of each, alternating, and the
     median of each (a 2-process replay on 2 cores is slowed by anything else running, where the
     1-core floor is not; the JSON has every run). Also replay in one process, and from ``build``
-    (the compiled copy) when there is one; every report checked equal to the default's."""
+    (the compiled install) when there is one; every report checked equal to the default's."""
     records = sum(1 for path in files for _ in path.open("rb"))
     from streameval.replay import default_workers
 
@@ -346,7 +346,7 @@ def render(results: dict[str, Any]) -> str:
     if "compiled_ratio" in one:
         rows.append(
             (
-                f"1'. the same, replay's hot modules compiled with mypyc (not shipped; "
+                f"1'. the same, the compiled install (`STREAMEVAL_MYPYC=1`; "
                 f"{one['compiled_replay_s']:.1f} s, {same})",
                 f"{one['compiled_ratio']:.3f}",
                 "reported",
@@ -381,7 +381,7 @@ def render(results: dict[str, Any]) -> str:
             same_metrics = "same metrics" if two["same_metrics"] else "**metrics differ**"
             rows.append(
                 (
-                    f"2'. the same, the daemon's per-record modules compiled with mypyc (not shipped; "
+                    f"2'. the same, the compiled install (`STREAMEVAL_MYPYC=1`; "
                     f"{two['compiled_run_s']:.1f} s, {same_metrics})",
                     f"{two['compiled_ratio']:.2f}",
                     "reported",

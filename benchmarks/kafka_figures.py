@@ -118,7 +118,7 @@ def input_metrics(port: int) -> list[str]:
 
 class Daemon:
     """``streameval run`` on the topics, in a group of its own, started in ``cwd`` (a directory
-    with a compiled copy of the package runs that copy)."""
+    with the compiled install, from ``compiled.build``, runs that)."""
 
     def __init__(self, topics: Topics, port: int, commit_interval: str, log, cwd: Path = ROOT) -> None:
         self.port = port
@@ -172,8 +172,8 @@ def bare_consumer(topics: Topics, n: int, log) -> float:
 
 def figure_2(bootstrap: str, duration_s: int, port: int, log, say, compiled: Path | None = None) -> dict:
     """The daemon end to end on a backlog, against the bare consumer (best of two each); also
-    the daemon with its per-record modules compiled (``compiled``: a directory from
-    ``compiled.build``), whose input-determined metrics must equal the interpreted one's."""
+    the compiled install's daemon (``compiled``: a directory from ``compiled.build``), whose
+    input-determined metrics must equal the interpreted one's."""
     topics = new_topics(bootstrap)
     try:
         say(f"figure 2: producing a backlog with streameval simulate --fast ({duration_s} s of traffic)")

@@ -161,13 +161,20 @@ def _add_simulation_flags(group: argparse._ArgumentGroup, rate: float, regress_d
     )
 
 
+def _build() -> str:
+    """How this install runs its per-record modules (README, Performance: "A compiled install")."""
+    from streameval import join
+
+    return "pure Python" if (join.__file__ or "").endswith(".py") else "compiled with mypyc"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="streameval",
         description="Exact online evaluation of rankings: MAP@k, NDCG@k, recall, MRR and precision, "
         "per model and surface, over sliding event-time windows. Start with `streameval demo`.",
     )
-    parser.add_argument("--version", action="version", version=f"streameval {__version__}")
+    parser.add_argument("--version", action="version", version=f"streameval {__version__} ({_build()})")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

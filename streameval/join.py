@@ -37,8 +37,9 @@ from streameval.scoring import QueryScore, Scorer
 
 UNATTRIBUTED_REASONS = ("before_impression", "after_horizon", "unknown_query", "late")
 #: What a change touched, for checkpoints: ("q", query_id) for an open query or its tombstone,
-#: ("o", query_id) for the orphans waiting for it, ("s", key) for an event dedup key.
-StateKey = tuple[str, object]
+#: ("o", query_id) for the orphans waiting for it, ("s", key) for an event dedup key; and, in the
+#: same set, ("w", window, bucket) from the windows. Of any length: a compiled build checks it.
+StateKey = tuple[object, ...]
 #: The daemon remembers settled query ids and event dedup keys at least this long (event time).
 MIN_RETENTION_S = 600.0
 

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from streameval.config import Window
 from streameval.scoring import Sums
+
+if TYPE_CHECKING:
+    from streameval.join import StateKey
 
 BUCKETS_PER_WINDOW = 60
 
@@ -67,7 +71,7 @@ class WindowedSums:
         self._next_evict = -math.inf
         #: ("w", window name, bucket index) of buckets changed since the last checkpoint, when
         #: the owner tracks them (the daemon)
-        self.changes: set[tuple[str, object, object]] | None = None
+        self.changes: set[StateKey] | None = None
 
     def add(
         self, imp_ts: float, group: tuple[str, ...], n_relevant: int, values: Sequence[float] | None

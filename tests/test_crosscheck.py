@@ -98,14 +98,19 @@ def test_per_query_values_equal_trec_eval(seed) -> None:
     pipeline = Pipeline(settings, remember_until_end=True)
     values: dict[str, tuple[float, ...]] = {}
 
-    original = pipeline.settled
+    class Recording:
+        """The pipeline as the join's sink, noting each settled query's values on the way (a
+        wrapper, not a patched method: a compiled Pipeline's methods cannot be replaced)."""
 
-    def record(query):
-        if query.values is not None:
-            values[query.query_id] = query.values
-        original(query)
+        def __getattr__(self, name):
+            return getattr(pipeline, name)
 
-    pipeline.settled = record  # type: ignore[method-assign]
+        def settled(self, query):
+            if query.values is not None:
+                values[query.query_id] = query.values
+            pipeline.settled(query)
+
+    pipeline.joiner.sink = Recording()
     records = [Impression(r["query_id"], r["ts"], tuple(r["items"]), ()) for r in log.valid_impressions]
     records += [
         Engagement(r["query_id"], r["item"], r["type"], r["ts"], r.get("event_id")) for r in log.valid_events
