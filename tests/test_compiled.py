@@ -66,7 +66,11 @@ def test_the_per_record_modules_are_compiled(compiled: Path, tmp_path: Path) -> 
     assert (
         "pure Python"
         in subprocess.run(
-            [sys.executable, "-m", "streameval", "--version"], capture_output=True, text=True, check=True
+            [sys.executable, "-m", "streameval", "--version"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
     )
 
