@@ -19,10 +19,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def have_compiler() -> bool:
+    """A C compiler on PATH, which mypyc's build needs."""
+    return shutil.which("cc") is not None or shutil.which("gcc") is not None
+
+
 def build(where: Path, log: object = None) -> Path:
     """Install streameval compiled into ``where``; returns the directory to run from.
     Raises RuntimeError naming what is missing when it cannot be built."""
-    if shutil.which("cc") is None and shutil.which("gcc") is None:
+    if not have_compiler():
         raise RuntimeError("no C compiler (cc) on PATH")
     if where.exists():
         shutil.rmtree(where)

@@ -1,19 +1,20 @@
 """The optional compiled install (README, Performance: "A compiled install"), built as a user
-builds it -- ``STREAMEVAL_MYPYC=1 pip install .`` into a fresh environment -- loads its compiled
-modules, prints the same replay report as the interpreted package, and passes the pure core's
-tests. Slow (~1 min: mypyc compiles 15 modules); needs a C compiler and pip's index or cache
-for the build's own requirements (setuptools, mypy)."""
+builds it -- ``STREAMEVAL_MYPYC=1 pip install``, here into a directory of its own with the
+benchmark's ``benchmarks/compiled.py`` -- loads its compiled modules, prints the same replay
+report as the interpreted package, and passes the pure core's tests. Slow (~30 s: mypyc
+compiles 15 modules); needs a C compiler and pip's index or cache for the build's own
+requirements (setuptools, mypy)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
-import venv
 from pathlib import Path
 
 import pytest
+
+from benchmarks import compiled as compiled_install
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -36,61 +37,40 @@ CORE_TESTS = [
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A virtual environment (seeing this one's packages) with streameval installed compiled;
-    returns its python."""
-    if shutil.which("cc") is None and shutil.which("gcc") is None:
+    """A directory holding streameval installed compiled: a python started there imports it,
+    not this checkout."""
+    if not compiled_install.have_compiler():
         pytest.skip("no C compiler (cc): the compiled install needs one")
-    where = tmp_path_factory.mktemp("compiled")
-    venv.create(where / "env", system_site_packages=True, with_pip=True)
-    python = where / "env" / "bin" / "python"
-    env = {**os.environ, "STREAMEVAL_MYPYC": "1"}
-    cmd = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"]
-    done = subprocess.run([*cmd, str(ROOT)], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return python
+    return compiled_install.build(tmp_path_factory.mktemp("compiled") / "install")
 
 
-def run_in(python: Path, cwd: Path, *args: str) -> str:
-    """Run with the compiled environment's python, away from the source tree (whose .py files
-    would otherwise be imported first)."""
-    done = subprocess.run([str(python), *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+def run(cwd: Path, *args: str) -> str:
+    done = subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
 
-def test_the_per_record_modules_are_compiled(compiled: Path, tmp_path: Path) -> None:
-    out = run_in(compiled, tmp_path, "-m", "streameval", "--version")
-    assert "compiled with mypyc" in out
-    source = run_in(compiled, tmp_path, "-c", "import streameval.cli as c; print(c.__file__)")
-    assert not source.startswith(str(ROOT))  # the installed package, not this checkout
-    assert (
-        "pure Python"
-        in subprocess.run(
-            [sys.executable, "-m", "streameval", "--version"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    )
+def test_the_per_record_modules_are_compiled(compiled: Path) -> None:
+    assert "compiled with mypyc" in run(compiled, "-m", "streameval", "--version")
+    source = run(compiled, "-c", "import streameval.cli as c; print(c.__file__)")
+    assert source.startswith(str(compiled))  # the installed package, not this checkout
+    assert "pure Python" in run(ROOT, "-m", "streameval", "--version")
 
 
-def test_replay_reports_the_same(compiled: Path, tmp_path: Path) -> None:
-    args = ["replay", "--impressions", str(EXAMPLES / "impressions.jsonl"), "--events"]
-    args += [str(EXAMPLES / "clicks.jsonl"), str(EXAMPLES / "purchases.jsonl"), "--format", "json"]
-    interpreted = subprocess.run(
-        [sys.executable, "-m", "streameval", *args], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout
-    assert run_in(compiled, tmp_path, "-m", "streameval", *args) == interpreted
+def test_replay_reports_the_same(compiled: Path) -> None:
+    args = ["-m", "streameval", "replay", "--impressions", str(EXAMPLES / "impressions.jsonl")]
+    args += ["--events", str(EXAMPLES / "clicks.jsonl"), str(EXAMPLES / "purchases.jsonl")]
+    args += ["--format", "json"]
+    assert run(compiled, *args) == run(ROOT, *args)
 
 
-def test_the_core_tests_pass_compiled(compiled: Path, tmp_path: Path) -> None:
-    # a copy of the tests, so that pytest puts the copy's directory first on sys.path, not the
-    # source tree
+def test_the_core_tests_pass_compiled(compiled: Path) -> None:
+    # a copy of the tests beside the compiled package: pytest puts their directory first on
+    # sys.path, so they import it, not the source tree
     shutil.copytree(
-        ROOT / "tests", tmp_path / "tests", ignore=shutil.ignore_patterns("integration", "__pycache__")
+        ROOT / "tests", compiled / "tests", ignore=shutil.ignore_patterns("integration", "__pycache__")
     )
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    shutil.copy(ROOT / "pyproject.toml", compiled / "pyproject.toml")
     tests = [f"tests/{name}" for name in CORE_TESTS]
-    out = run_in(compiled, tmp_path, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests)
+    out = run(compiled, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests)
     assert " passed" in out and " failed" not in out
