@@ -31,16 +31,17 @@ def build(where: Path, log: object = None) -> Path:
         raise RuntimeError("no C compiler (cc) on PATH")
     if where.exists():
         shutil.rmtree(where)
-    output = log if log is not None else subprocess.DEVNULL
     cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"]
     done = subprocess.run(
         [*cmd, "--target", str(where), str(ROOT)],
         env={**os.environ, "STREAMEVAL_MYPYC": "1"},
-        stdout=output,  # type: ignore[arg-type]
-        stderr=output,  # type: ignore[arg-type]
+        stdout=subprocess.PIPE if log is None else log,  # type: ignore[arg-type]
+        stderr=subprocess.STDOUT if log is None else log,  # type: ignore[arg-type]
     )
     if done.returncode != 0:
-        raise RuntimeError(f"STREAMEVAL_MYPYC=1 pip install exited with {done.returncode} (see the log)")
+        # without a log, the end of pip's output (mypy's errors, when mypyc rejects the code)
+        said = done.stdout.decode(errors="replace").strip()[-3000:] if done.stdout else "see the log"
+        raise RuntimeError(f"STREAMEVAL_MYPYC=1 pip install exited with {done.returncode}: {said}")
     version = subprocess.run(
         [sys.executable, "-m", "streameval", "--version"], cwd=where, capture_output=True, text=True
     ).stdout

@@ -327,7 +327,10 @@ def _replay_in_shards(
                     worker.send(marshal.dumps(mine[to]))
                 elif part != to:
                     worker.send(sent[part - 1][to if to < part else to - 1])
+        for to in range(1, n):
+            mine[to] = []
         parts = [mine[0]] + [marshal.loads(frames[0]) for frames in sent]
+        del sent
         progress.stage(f"joining and scoring in {n} processes")
         left: list[object] = [mine, parts]  # for ``keep``, once the replay is done here
         own = _join(
@@ -344,16 +347,18 @@ def _replay_in_shards(
             decoding.consumed.update(consumed)
             decoding.rejected.update(rejected)
             shards.append(their_shard)
+        if len({group for _, groups in shards for group in groups}) > pipeline.group_cap.max_groups:
+            raise _OneProcess(too_many)
+        pipeline.counters.consumed.update(decoding.consumed)
+        pipeline.counters.rejected.update(decoding.rejected)
+        # before the workers are stopped: each leaves once it has sent its answer, and the
+        # system frees its memory meanwhile (stop() waits for that)
+        _settle(pipeline, shards)
     except (EOFError, OSError):  # from a pipe: the files' errors are InputErrors
         raise _OneProcess("a worker stopped") from None
     finally:
         for worker in workers:
             worker.stop()
-    if len({group for _, groups in shards for group in groups}) > pipeline.group_cap.max_groups:
-        raise _OneProcess(too_many)
-    pipeline.counters.consumed.update(decoding.consumed)
-    pipeline.counters.rejected.update(decoding.rejected)
-    _settle(pipeline, shards)
     if keep is not None:
         keep += left
     return pipeline
@@ -398,6 +403,7 @@ def _work(
     for shard in range(n):
         if shard != part:
             main.send(marshal.dumps(mine[shard]))
+            mine[shard] = []
     parts = [mine[part] if other == part else marshal.loads(main.receive()) for other in range(n)]
     own = _join(
         pipeline.settings,
@@ -409,18 +415,18 @@ def _work(
     main.send(marshal.dumps((dict(decoding.consumed), dict(decoding.rejected), own)))
 
 
-def _id_hashes(seen: dict[Any, EventFields]) -> array.array[int]:
-    """The hashes of the event ids kept in a shard (``seen``'s string keys)."""
-    return array.array("q", [hash(key) for key in seen if type(key) is str])
+def _id_hashes(seen: dict[str, EventFields]) -> array.array[int]:
+    """The hashes of the event ids kept in a shard."""
+    return array.array("q", map(hash, seen))
 
 
-def _copies(seen: dict[Any, EventFields], hashes: bytes) -> list[tuple[str, float]]:
+def _copies(seen: dict[str, EventFields], hashes: bytes) -> list[tuple[str, float]]:
     """The kept event ids of a shard with one of these hashes, each with its copy's time."""
     wanted = set(array.array("q", hashes))
-    return [(key, ev[3]) for key, ev in seen.items() if type(key) is str and hash(key) in wanted]
+    return [(key, ev[3]) for key, ev in seen.items() if hash(key) in wanted]
 
 
-def _ids_in_worker(main: _Frames, seen: dict[Any, EventFields]) -> int:
+def _ids_in_worker(main: _Frames, seen: dict[str, EventFields]) -> int:
     """A worker's side of :func:`_ids_here`: the copies it keeps that do not count are left out
     of ``seen``; returns how many."""
     main.send(_id_hashes(seen).tobytes())
@@ -434,16 +440,17 @@ def _ids_in_worker(main: _Frames, seen: dict[Any, EventFields]) -> int:
     return len(dropped)
 
 
-def _ids_here(workers: list[_Worker], seen: dict[Any, EventFields]) -> int:
+def _ids_here(workers: list[_Worker], seen: dict[str, EventFields]) -> int:
     """Settles the event ids kept in more than one shard, this process's ``seen`` and each
     worker's: of the copies each shard keeps (its earliest), the earliest counts and the
     others are left out; returns how many here. Raises _OneProcess when two have one time."""
-    hashes = [set(_id_hashes(seen))] + [set(array.array("q", worker.receive())) for worker in workers]
-    shared: set[int] = set()
-    union: set[int] = set()
-    for shard_hashes in hashes:
-        shared |= union & shard_hashes
-        union |= shard_hashes
+    union = set(map(hash, seen))  # the hashes of the shards so far
+    shared: set[int] = set()  # ... of two or more of them
+    for worker in workers:
+        hashes = array.array("q", worker.receive())
+        shared.update(union.intersection(hashes))
+        if worker is not workers[-1]:
+            union.update(hashes)
     frame = array.array("q", sorted(shared)).tobytes()
     for worker in workers:
         worker.send(frame)
@@ -595,7 +602,7 @@ def _join(
     events: Iterable[EventFields],
     keep: list[object] | None = None,
     progress: Progress | None = None,
-    settle_ids: Callable[[dict[Any, EventFields]], int] | None = None,
+    settle_ids: Callable[[dict[str, EventFields]], int] | None = None,
 ) -> _Shard:
     """The join of :func:`join_in_batch` and the values of each query, per group, not yet added
     up. With ``settle_ids``, the events kept are handed to it before they are judged: it leaves
@@ -625,11 +632,19 @@ def _join(
             if ts < entry[0]:  # earlier in time: it comes first in the merge
                 del kept[query_id]
                 kept[query_id] = [ts, group, items, None]
-    seen: dict[tuple[str, ...] | str, EventFields] = {}
+    # the events kept: by event id, and those without one by their fields_key; apart, so that
+    # the ids (which alone can be shared by shards) are a dict of strings only, hashed in C
+    # (both typed dict[Any, ...] for ``seen``, which is one or the other)
+    by_id: dict[Any, EventFields] = {}
+    by_fields: dict[Any, EventFields] = {}
+    key: str | tuple[str, ...]
     duplicate_events = 0
     for ev in events:
         query_id, item, event_type, ts, event_id = ev
-        key = event_id if event_id is not None else fields_key(query_id, item, event_type, ts)
+        if event_id is None:
+            seen, key = by_fields, fields_key(query_id, item, event_type, ts)
+        else:
+            seen, key = by_id, event_id
         first = seen.get(key)
         if first is None:
             seen[key] = ev
@@ -638,13 +653,13 @@ def _join(
             if ts < first[3]:  # copies of an event_id may differ: the earliest counts
                 seen[key] = ev
     if settle_ids is not None:
-        duplicate_events += settle_ids(seen)
+        duplicate_events += settle_ids(by_id)
 
     if progress is not None:
-        progress.stage(f"judging {len(seen):,} events against {len(kept):,} queries")
+        progress.stage(f"judging {len(by_id) + len(by_fields):,} events against {len(kept):,} queries")
     rules = {t: (grade, settings.horizon_for(t)) for t, grade in settings.grades.items()}
     unknown = before = after = n_attributed = 0
-    for query_id, item, event_type, ts, _ in seen.values():
+    for query_id, item, event_type, ts, _ in itertools.chain(by_id.values(), by_fields.values()):
         entry = kept.get(query_id)
         if entry is None:
             unknown += 1
@@ -696,7 +711,7 @@ def _join(
         "attributed": n_attributed,
     }
     if keep is not None:
-        keep += (kept, seen)
+        keep += (kept, by_id, by_fields)
     return counts, groups
 
 
