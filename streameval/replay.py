@@ -328,7 +328,7 @@ def _replay_in_shards(
                 elif part != to:
                     worker.send(sent[part - 1][to if to < part else to - 1])
         for to in range(1, n):
-            mine[to] = []
+            mine[to] = []  # sent: freed before the loads below build this shard's records (peak RSS)
         parts = [mine[0]] + [marshal.loads(frames[0]) for frames in sent]
         del sent
         progress.stage(f"joining and scoring in {n} processes")
