@@ -19,6 +19,8 @@ from setuptools import setup
 #: rest (configuration, CLI, the Kafka clients and loop, the exporter) stays interpreted.
 MYPYC_MODULES = [
     "streameval/records.py",
+    "streameval/decoding.py",
+    "streameval/groups.py",
     "streameval/replay.py",
     "streameval/scoring/query.py",
     "streameval/scoring/sums.py",

@@ -18,7 +18,7 @@ import orjson
 
 from streameval import __version__
 from streameval.config import Settings, format_duration, load_settings
-from streameval.errors import StreamevalError
+from streameval.errors import ConfigError, StreamevalError
 from streameval.logsetup import configure as configure_logging
 
 log = logging.getLogger(__name__)
@@ -46,13 +46,32 @@ FLAG_HELP: dict[str, tuple[str, str]] = {
     "unshown_items": (DEFINITIONS, "relevant items the list did not show: count (recall-like) or ignore"),
     "group_by": (DEFINITIONS, "impression fields that become labels, comma-separated"),
     "max_groups": (DEFINITIONS, "label cardinality cap; later groups fold into __other__"),
+    "labels_allow": (
+        DEFINITIONS,
+        'glob patterns per label, a TOML table, e.g. "{model = [\\"control\\", \\"candidate-*\\"]}"; '
+        "other values fold into __other__",
+    ),
+    "labels_max_values": (
+        DEFINITIONS,
+        'distinct values kept per label, a TOML table, e.g. "{surface = 50}"; later ones fold into __other__',
+    ),
+    "input": (
+        INPUTS,
+        "where the fields are in records of another shape: a TOML table, usually [input.impressions] "
+        "and [input.events] in --config (README, Your logs)",
+    ),
+    "max_future": (
+        INPUTS,
+        "a record whose event time is further ahead of the clock than this is rejected (ts_out_of_range)",
+    ),
     "windows": (WINDOWS, "sliding event-time windows, comma-separated"),
     "allowed_lateness": (WINDOWS, "how far the watermark trails the newest event time"),
     "orphan_ttl": (WINDOWS, "how long an event waits for its impression"),
     "metrics_port": (HTTP, "port of /metrics, /healthz, /readyz, / and /api/summary"),
     "metrics_host": (HTTP, "address the HTTP server binds"),
 }
-_DURATIONS = {"horizon", "allowed_lateness", "orphan_ttl", "commit_interval", "shutdown_timeout"}
+_DURATIONS = {"max_future", "horizon", "allowed_lateness", "orphan_ttl", "commit_interval"}
+_DURATIONS.add("shutdown_timeout")
 _GROUP_TITLES = {
     INPUTS: "inputs",
     KAFKA: "Kafka",
@@ -63,6 +82,7 @@ _GROUP_TITLES = {
 _DEFINITION_KEYS = [k for k, (group, _) in FLAG_HELP.items() if group == DEFINITIONS]
 _WINDOW_KEYS = [k for k, (group, _) in FLAG_HELP.items() if group == WINDOWS]
 _HTTP_KEYS = ["metrics_port", "metrics_host"]
+_INPUT_KEYS = ["input", "max_future"]
 
 #: What `demo` changes so that queries settle within seconds on its compressed clock.
 DEMO_DEFAULTS: dict[str, Any] = {
@@ -84,8 +104,10 @@ def _default_text(key: str, overrides: Mapping[str, Any]) -> str:
         return ",".join(w.name for w in value)
     if key == "grades":
         return "{" + ", ".join(f"{k} = {v:g}" for k, v in value.items()) + "}"
-    if key == "horizons":
+    if key in ("horizons", "labels_allow", "labels_max_values"):
         return "none"
+    if key == "input":
+        return "the fields of README, Inputs"
     if isinstance(value, tuple):
         return ",".join(str(v) for v in value)
     return str(value)
@@ -212,7 +234,8 @@ def _parser() -> argparse.ArgumentParser:
         help="evaluate JSONL logs in one pass and print the final metrics",
         description="Evaluate JSONL logs as the daemon would on them merged in timestamp order, with "
         "every query settled at the end (the same definitions, joined in one batch), and print the "
-        "metrics pooled and per group (README, streameval replay).",
+        "metrics pooled and per group (README, streameval replay). A time more than max_future ahead "
+        "of the moment the replay starts is rejected as ts_out_of_range, as the daemon would.",
     )
     _add_common(replay)
     groups = _groups(replay)
@@ -238,7 +261,9 @@ def _parser() -> argparse.ArgumentParser:
         "a share of the queries; the report is the same with any N (default: the usable CPUs, at "
         "most 4, for 4 MiB of input or more; else 1)",
     )
-    _add_config_flags(groups, _DEFINITION_KEYS)
+    _add_config_flags(groups, _INPUT_KEYS + _DEFINITION_KEYS)
+
+    _add_check(commands)
 
     run = commands.add_parser(
         "run",
@@ -253,7 +278,7 @@ def _parser() -> argparse.ArgumentParser:
     groups[
         KAFKA
     ].description = "[kafka] table in --config: settings passed to the Kafka clients (security, ...)"
-    _add_config_flags(groups, _DEFINITION_KEYS + _WINDOW_KEYS + _HTTP_KEYS)
+    _add_config_flags(groups, _INPUT_KEYS + _DEFINITION_KEYS + _WINDOW_KEYS + _HTTP_KEYS)
 
     simulate = commands.add_parser(
         "simulate",
@@ -292,6 +317,87 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_config_flags(groups, ["bootstrap_servers", "impressions_topic", "events_topics"])
     return parser
+
+
+def _add_check(commands: Any) -> None:
+    check = commands.add_parser(
+        "check",
+        help="show what the configuration makes of the first records of each input",
+        description="Read the first N records of each input -- the files given, or else the "
+        "configured topics from their earliest offsets (no consumer group, nothing committed) -- "
+        "decode them as the daemon would with the configuration, and print per input: records read, "
+        "accepted, rejected by reason with one example each (the field or path that was missing or "
+        "of the wrong type), ignored (ignore_types), the labels or event types found with their "
+        "counts, the range of event times and the unit their numbers look like, and the first "
+        "accepted record as streameval sees it. Use it to write a mapping for logs in another "
+        "shape ([input.impressions] / [input.events], README, Your logs). Exit status: 0 when "
+        "nothing was rejected, 1 when something was, 2 for a bad configuration.",
+    )
+    _add_common(check)
+    groups = _groups(check)
+    groups[INPUTS].add_argument(
+        "--impressions", metavar="FILE", help="impressions JSONL (default: the impressions topic)"
+    )
+    groups[INPUTS].add_argument(
+        "--events",
+        action="extend",
+        nargs="+",
+        metavar="FILE",
+        help="engagement events JSONL, one or more files; each file's name (without .jsonl) is its "
+        "topic, for events_topics' types (default: the topics)",
+    )
+    groups[INPUTS].add_argument(
+        "--limit",
+        type=_workers,
+        default=1000,
+        metavar="N",
+        help="records to read from each file or topic (default: 1000)",
+    )
+    groups[INPUTS].add_argument(
+        "--format", choices=("text", "json"), default="text", help="output format (default: text)"
+    )
+    _add_config_flags(groups, _INPUT_KEYS + ["bootstrap_servers", "impressions_topic", "events_topics"])
+    _add_config_flags(groups, ["grades", "group_by", "labels_allow", "labels_max_values"])
+
+
+def _check(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from streameval.check import check_input, file_samples, format_report
+    from streameval.decoding import Decoder
+
+    settings = _settings(args)
+    decoder = Decoder(settings)
+    reports = []
+    from_files = args.impressions is not None or args.events is not None
+    if from_files:
+        if settings.input.uses_kafka_timestamp:
+            raise ConfigError(
+                'input: ts = "@timestamp" takes the time of the Kafka record, which a file does not have; '
+                "check the topics instead (leave out --impressions and --events)"
+            )
+        if args.impressions is not None:
+            samples = file_samples(args.impressions, args.limit)
+            topic = settings.impressions_topic
+            reports.append(check_input(settings, "impressions", args.impressions, topic, samples, decoder))
+        for path in args.events or []:
+            topic = Path(path).stem
+            samples = file_samples(path, args.limit)
+            reports.append(check_input(settings, "events", path, topic, samples, decoder))
+    else:
+        from streameval.kafka.sample import topic_samples
+
+        inputs = [("impressions", settings.impressions_topic)]
+        inputs += [("events", topic) for topic in settings.events_topics]
+        for kind, topic in inputs:
+            samples = topic_samples(settings, topic, args.limit)
+            reports.append(check_input(settings, kind, f"topic {topic}", topic, samples, decoder))
+    if args.format == "json":
+        text = orjson.dumps([r.as_dict() for r in reports], option=orjson.OPT_INDENT_2).decode()
+        sys.stdout.write(text + "\n")
+    else:
+        sys.stdout.write(format_report(reports) + "\n")
+    return 1 if any(r.rejected for r in reports) else 0
 
 
 def _workers(text: str) -> int:
@@ -337,7 +443,7 @@ def _demo(args: argparse.Namespace) -> int:
     return demo(_settings(args, DEMO_DEFAULTS), args)
 
 
-COMMANDS = {"replay": _replay, "run": _run, "simulate": _simulate, "demo": _demo}
+COMMANDS = {"replay": _replay, "check": _check, "run": _run, "simulate": _simulate, "demo": _demo}
 
 
 #: what a command leaves for the end of the process to reclaim (replay's records)

@@ -17,6 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 from streameval.errors import ConfigError
+from streameval.mapping import InputMapping
 from streameval.scoring.spec import MetricSpec
 
 ENV_PREFIX = "STREAMEVAL_"
@@ -100,6 +101,13 @@ class Settings:
     unshown_items: str = "count"
     group_by: tuple[str, ...] = ("model", "surface")
     max_groups: int = 1000
+    #: group_by label -> glob patterns its values must match (others fold into __other__)
+    labels_allow: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    #: group_by label -> how many distinct values it keeps (later ones fold into __other__)
+    labels_max_values: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    #: where the fields of records in another shape are (README, Your logs)
+    input: InputMapping = field(default_factory=InputMapping)
+    max_future: float = 300.0
     windows: tuple[Window, ...] = (
         Window("5m", 300.0),
         Window("1h", 3600.0),
@@ -247,6 +255,38 @@ def _events_topics(value: Any) -> tuple[tuple[str, ...], Mapping[str, str]]:
     return topics, MappingProxyType(types)
 
 
+def _table(value: Any) -> Mapping[str, Any]:
+    """A table checked later, against other keys (see :func:`_dependent`)."""
+    if not isinstance(value, Mapping):
+        raise ValueError("must be a table, e.g. { model = ... }")
+    return value
+
+
+def _labels_allow(value: Mapping[str, Any], group_by: tuple[str, ...]) -> Mapping[str, tuple[str, ...]]:
+    out = {}
+    for label, patterns in value.items():
+        if label not in group_by:
+            raise ValueError(f"{label!r} is not a group_by label ({', '.join(group_by)})")
+        if isinstance(patterns, str):
+            patterns = [patterns]
+        if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) for p in patterns):
+            raise ValueError(f'{label}: must be a list of glob patterns, e.g. ["control", "candidate-*"]')
+        out[label] = tuple(patterns)
+    return MappingProxyType(out)
+
+
+def _labels_max_values(value: Mapping[str, Any], group_by: tuple[str, ...]) -> Mapping[str, int]:
+    out = {}
+    for label, cap in value.items():
+        if label not in group_by:
+            raise ValueError(f"{label!r} is not a group_by label ({', '.join(group_by)})")
+        try:
+            out[label] = _int_in(1, 1_000_000)(cap)
+        except ValueError as exc:
+            raise ValueError(f"{label}: {exc}") from None
+    return MappingProxyType(out)
+
+
 def _kafka_table(value: Any) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise ValueError('must be a table, e.g. [kafka] security_protocol = "SASL_SSL"')
@@ -276,6 +316,10 @@ _VALIDATORS: dict[str, Callable[[Any], Any]] = {
     "unshown_items": _choice("count", "ignore"),
     "group_by": _group_by,
     "max_groups": _int_in(1, 1_000_000),
+    "labels_allow": _table,
+    "labels_max_values": _table,
+    "input": _table,
+    "max_future": parse_duration,
     "windows": _windows,
     "allowed_lateness": parse_duration,
     "orphan_ttl": parse_duration,
@@ -403,9 +447,32 @@ def _build(raw: Mapping[str, Any], sources: Mapping[str, str]) -> Settings:
             values["events_topics"], values["topic_types"] = checked
         else:
             values[key] = checked
+    _dependent(values, sources)
     settings = Settings(**values)
     _check_combination(settings)
     return settings
+
+
+#: keys whose values are checked against other keys' (group_by, grades), once those are known
+_DEPENDENT: dict[str, Callable[[Any, tuple[str, ...], Mapping[str, float]], Any]] = {
+    "labels_allow": lambda v, group_by, grades: _labels_allow(v, group_by),
+    "labels_max_values": lambda v, group_by, grades: _labels_max_values(v, group_by),
+    "input": InputMapping.parse,
+}
+
+
+def _dependent(values: dict[str, Any], sources: Mapping[str, str]) -> None:
+    group_by = values.get("group_by", Settings.group_by)
+    grades = values.get("grades") or Settings().grades
+    for key, parse in _DEPENDENT.items():
+        if key in values:
+            try:
+                values[key] = parse(values[key], group_by, grades)
+            except ValueError as exc:
+                where = sources.get(key, f"key {key!r}")
+                named = str(exc).startswith(f"{key}.")  # the message names the key inside the table
+                message = f"{where}: {exc}" if named else f"{where}: bad value for {key!r}: {exc}"
+                raise ConfigError(message) from None
 
 
 def _check_combination(s: Settings) -> None:

@@ -233,6 +233,13 @@ OPERATIONS: tuple[tuple[str, str, str, tuple[str, ...], Samples], ...] = (
         lambda v: {(t, r): n for (t, r), n in v.snapshot.counters.rejected.items()},
     ),
     (
+        "streameval_records_ignored",
+        "counter",
+        "Events whose type is in ignore_types, per topic and type (neither used nor rejected)",
+        ("topic", "type"),
+        lambda v: {(t, k): n for (t, k), n in v.snapshot.counters.ignored.items()},
+    ),
+    (
         "streameval_dead_letter_records",
         "counter",
         "Rejected records sent to the dead-letter topic (in committed checkpoints)",

@@ -11,50 +11,19 @@ open ones are summed as the provisional view.
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from streameval.clock import Watermark
 from streameval.config import Settings
+from streameval.decoding import Decoder
+from streameval.groups import GroupCap
 from streameval.join import Joiner, OpenQuery
-from streameval.records import (
-    Engagement,
-    Impression,
-    Rejection,
-    decode_event,
-    decode_impression,
-)
+from streameval.records import Engagement, Ignored, Impression, Rejection
 from streameval.scoring import Scorer, ScoringParams, Sums
 from streameval.windows import WindowedSums
-
-OTHER_GROUP = "__other__"
-
-
-class GroupCap:
-    """The ``max_groups`` cap: the first groups seen keep their labels, later ones fold into
-    ``__other__``. One cap can be shared by several pipelines (the daemon's partitions), so the
-    cap holds for everything an instance exports."""
-
-    def __init__(self, max_groups: int, n_labels: int) -> None:
-        self.max_groups = max_groups
-        #: each admitted group's labels, to itself: every query of a group holds the one tuple
-        self.known: dict[tuple[str, ...], tuple[str, ...]] = {}
-        self.other = (OTHER_GROUP,) * n_labels
-
-    def admit(self, labels: tuple[str, ...]) -> tuple[str, ...]:
-        """Count ``labels`` as admitted (a restored group the previous owner admitted)."""
-        return self.known.setdefault(labels, labels)
-
-    def map(self, labels: tuple[str, ...]) -> tuple[str, ...] | None:
-        """The labels to use, or None when they are folded into ``other``."""
-        known = self.known.get(labels)
-        if known is not None:
-            return known
-        if len(self.known) < self.max_groups:
-            self.known[labels] = labels
-            return labels
-        return None
 
 
 @dataclass
@@ -63,6 +32,7 @@ class Counters:
 
     consumed: Counter[str] = field(default_factory=Counter)  # topic -> records read
     rejected: Counter[tuple[str, str]] = field(default_factory=Counter)  # (topic, reason)
+    ignored: Counter[tuple[str, str]] = field(default_factory=Counter)  # (topic, type): ignore_types
     dead_lettered: Counter[tuple[str, str]] = field(default_factory=Counter)  # sent to the DLQ
     unattributed: Counter[str] = field(default_factory=Counter)  # reason
     duplicates: Counter[str] = field(default_factory=Counter)  # "impressions" / "events"
@@ -112,25 +82,41 @@ class Pipeline:
         self.counters = Counters()
         self.settled_totals: dict[tuple[str, ...], Sums] = {}
         self.provisional: dict[tuple[str, ...], Sums] = {}
-        self.group_cap = group_cap or GroupCap(settings.max_groups, len(settings.group_by))
+        self.group_cap = group_cap or GroupCap.of(settings)
+        # the event-time guard measures from the wall clock; in pure event time (replay, tests)
+        # from the moment the pipeline was made
+        started = time.time()
+        self.decoder = Decoder(settings, wall_clock or (lambda: started))
 
     # --- input ---------------------------------------------------------------------------------
 
-    def decode_impression(self, raw: bytes | str) -> Impression | Rejection:
-        """Decode one impression (counts nothing: records are counted when handled)."""
-        return decode_impression(raw, self.settings.group_by)
+    def decode_impression(self, raw: bytes | str, kafka_ts: float | None = None) -> Impression | Rejection:
+        """Decode one impression (counts nothing: records are counted when handled);
+        ``kafka_ts`` is the Kafka record's timestamp in seconds, if any."""
+        fields = self.decoder.impression(raw, kafka_ts)
+        if type(fields) is Rejection:
+            return fields
+        query_id, ts, items, group = fields  # type: ignore[misc]
+        return Impression(query_id, ts, tuple(items), group)
 
-    def decode_event(self, raw: bytes | str, topic: str) -> Engagement | Rejection:
+    def decode_event(
+        self, raw: bytes | str, topic: str, kafka_ts: float | None = None
+    ) -> Engagement | Rejection | Ignored:
         """Decode one engagement event; ``topic`` may give it a default type."""
-        return decode_event(raw, self.settings.grades, self.settings.topic_types.get(topic))
+        fields = self.decoder.event(raw, topic, kafka_ts)
+        if type(fields) is tuple:
+            return Engagement(*fields)
+        return fields  # type: ignore[return-value]
 
-    def handle(self, topic: str, record: Impression | Engagement | Rejection) -> None:
-        """Count one decoded record of ``topic`` as consumed, and reject or process it."""
+    def handle(self, topic: str, record: Impression | Engagement | Rejection | Ignored) -> None:
+        """Count one decoded record of ``topic`` as consumed, and reject, ignore or process it."""
         self.counters.consumed[topic] += 1
-        if isinstance(record, Rejection):
+        if type(record) is Rejection:
             self.counters.rejected[(topic, record.reason)] += 1
+        elif type(record) is Ignored:
+            self.counters.ignored[(topic, record.type)] += 1
         else:
-            self.process(record)
+            self.process(record)  # type: ignore[arg-type]
 
     def ingest(self, raw: bytes | str, topic: str, is_impression: bool) -> Rejection | None:
         """Decode and handle one record; a bad one is counted and its Rejection returned."""

@@ -9,7 +9,12 @@ Decoding never raises on bad input. Rejection reasons (the ``reason`` label of
 - ``wrong_type``: a field has the wrong type, or a ``ts`` string is not an RFC 3339 time,
   or a number is not finite;
 - ``unknown_event_type``: an event's type has no grade in the ``grades`` config;
-- ``empty_items``: an impression's ``items`` list is empty.
+- ``empty_items``: an impression's ``items`` list is empty;
+- ``ts_out_of_range``: the event time lies more than ``max_future`` ahead of the clock
+  (decided by :class:`streameval.decoding.Decoder`, never by these functions).
+
+Group labels that are numbers or booleans become strings (``3`` -> ``"3"``, ``true`` ->
+``"true"``); an absent or null one is ``unknown``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ REJECT_REASONS = (
     "wrong_type",
     "unknown_event_type",
     "empty_items",
+    "ts_out_of_range",
 )
 UNKNOWN_GROUP = "unknown"
 _FINITE_LOW, _FINITE_HIGH = -math.inf, math.inf
@@ -76,6 +82,13 @@ class Rejection:
 
     reason: str
     detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ignored:
+    """An event whose type is listed in ``ignore_types``: counted, neither used nor rejected."""
+
+    type: str
 
 
 class _Bad(Exception):
@@ -157,6 +170,22 @@ def _item_id(value: Any, name: str) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     raise _Bad("wrong_type", f"{name} is {type(value).__name__}, not a string or integer")
+
+
+def label_text(value: Any, name: str) -> str:
+    """A group label's value: a string as it is, a number or boolean as its JSON text, an
+    absent or null one ``unknown``; anything else is the wrong type."""
+    if type(value) is str:
+        return value
+    if value is None:
+        return UNKNOWN_GROUP
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)
+    raise _Bad("wrong_type", f"{name} is {type(value).__name__}, not a string, number or boolean")
 
 
 def _object_or_none(raw: bytes | str) -> dict[str, Any] | None:
@@ -261,13 +290,10 @@ def _decode_impression_checked(
             ids = tuple(items)
         else:
             ids = tuple(_item_id(item, f"items[{i}]") for i, item in enumerate(items))
-        group = []
-        for name in group_by:
-            value = obj.get(name)
-            group.append(UNKNOWN_GROUP if value is None else _string(value, name))
+        group = tuple([label_text(obj.get(name), name) for name in group_by])
     except _Bad as bad:
         return Rejection(bad.reason, bad.detail)
-    return Impression(query_id, ts, ids, tuple(group))
+    return Impression(query_id, ts, ids, group)
 
 
 #: a good event as query_id, item, type, ts and event_id (None when it has none)

@@ -26,16 +26,10 @@ from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple, TextIO
 
 from streameval.config import Settings
-from streameval.errors import InputError
+from streameval.decoding import Decoder
+from streameval.errors import ConfigError, InputError
 from streameval.pipeline import Pipeline
-from streameval.records import (
-    EventFields,
-    ImpressionFields,
-    Rejection,
-    decode_event_fields,
-    decode_impression_fields,
-    fields_key,
-)
+from streameval.records import EventFields, Ignored, ImpressionFields, Rejection, fields_key
 from streameval.scoring import Scorer, Sums
 from streameval.scoring.query import compact
 
@@ -92,12 +86,20 @@ def run_replay(
     for path in (impressions, *events):
         if not Path(path).is_file():
             raise InputError(f"{path}: no such file" if not Path(path).exists() else f"{path}: not a file")
+    if settings.input.uses_kafka_timestamp:
+        raise ConfigError(
+            'input: ts = "@timestamp" takes the time of the Kafka record, which a file does not '
+            "have; replay needs the path of a time field in the records (README, Your logs)"
+        )
     progress = progress or Progress()
     labels: dict[tuple[str, ...], tuple[str, ...]] = {}  # the groups read (in this process)
-    sources = [_Source(impressions, settings.impressions_topic, _impression_decoder(settings, labels))]
+    # the event-time guard measures from the start of the replay
+    started = time.time()
+    decoder = Decoder(settings, lambda: started)
+    sources = [_Source(impressions, settings.impressions_topic, _impression_decoder(decoder, labels))]
     for path in events:
         topic = Path(path).stem
-        sources.append(_Source(path, topic, _event_decoder(settings, topic)))
+        sources.append(_Source(path, topic, _event_decoder(decoder, topic)))
     if workers is None:
         workers = default_workers(sum(os.path.getsize(source.path) for source in sources))
     # Replay holds every query until the end: the cyclic garbage collector would rescan that
@@ -115,7 +117,8 @@ def run_replay(
         if pipeline is None:
             # not fed record by record: it holds the counters, the scorer and the totals
             pipeline = Pipeline(settings)
-            decoding = _Decoding(progress, pipeline.counters.consumed, pipeline.counters.rejected)
+            c = pipeline.counters
+            decoding = _Decoding(progress, c.consumed, c.rejected, c.ignored)
             imps, evs = decoding.records(sources[:1]), decoding.records(sources[1:])
             join_in_batch(pipeline, imps, evs, keep, progress)
     finally:
@@ -144,16 +147,16 @@ def default_workers(input_bytes: int) -> int:
 
 
 def _impression_decoder(
-    settings: Settings, shared_labels: dict[tuple[str, ...], tuple[str, ...]]
+    decoder: Decoder, shared_labels: dict[tuple[str, ...], tuple[str, ...]]
 ) -> Callable[[bytes], ImpressionFields | Rejection]:
     """Decodes an impression, its shown list compacted and its group labels one tuple per group,
     in ``shared_labels`` (held by all its queries, and sent once in a batch of records: marshal
     writes an object it has written before as a reference)."""
-    group_by = settings.group_by
+    impression = decoder.impression
 
     def decode(raw: bytes) -> ImpressionFields | Rejection:
         # the shown list as the join keeps it (compact), made where the records are decoded
-        fields = decode_impression_fields(raw, group_by)
+        fields = impression(raw)
         if type(fields) is Rejection:
             return fields
         query_id, ts, items, group = fields  # type: ignore[misc]
@@ -162,10 +165,8 @@ def _impression_decoder(
     return decode
 
 
-def _event_decoder(settings: Settings, topic: str) -> Callable[[bytes], EventFields | Rejection]:
-    return functools.partial(
-        decode_event_fields, grades=settings.grades, default_type=settings.topic_types.get(topic)
-    )
+def _event_decoder(decoder: Decoder, topic: str) -> Callable[[bytes], EventFields | Rejection | Ignored]:
+    return functools.partial(decoder.event, topic=topic)
 
 
 class _Source(NamedTuple):
@@ -183,10 +184,12 @@ class _Decoding:
         progress: Progress,
         consumed: Counter[str] | None = None,
         rejected: Counter[tuple[str, str]] | None = None,
+        ignored: Counter[tuple[str, str]] | None = None,
     ) -> None:
         self.progress = progress
         self.consumed: Counter[str] = Counter() if consumed is None else consumed
         self.rejected: Counter[tuple[str, str]] = Counter() if rejected is None else rejected
+        self.ignored: Counter[tuple[str, str]] = Counter() if ignored is None else ignored
         self.read = 0  # lines read, for the progress lines
 
     def records(self, sources: Sequence[_Source]) -> Iterator[Any]:
@@ -216,6 +219,8 @@ class _Decoding:
                     record = decode(raw)
                     if type(record) is Rejection:
                         rejected[(topic, record.reason)] += 1
+                    elif type(record) is Ignored:
+                        self.ignored[(topic, record.type)] += 1
                     else:
                         yield record
         except OSError as exc:
@@ -301,8 +306,9 @@ def _replay_in_shards(
 
     Done in one process instead (from the start): when the earliest copies of an event id in two
     shards have one time (which is first is a matter of the files' order, which the shards do
-    not share), when there are more groups than ``max_groups`` (which admits groups in the
-    order they first settle), or when a worker cannot be started or stops.
+    not share), when there are more groups than ``max_groups`` or values of a label than its
+    ``labels_max_values`` (which admit them in the order they first settle), or when a worker
+    cannot be started or stops.
     """
     pipeline = Pipeline(settings)
     cuts = [_cuts(source.path, n) for source in sources]
@@ -315,8 +321,10 @@ def _replay_in_shards(
             workers.append(worker)
         decoding = _Decoding(progress)
         mine = _deal(decoding, sources, cuts, 0, n)
-        too_many = f"more groups than max_groups ({pipeline.group_cap.max_groups})"
-        if len(labels) > pipeline.group_cap.max_groups:  # in this process's part alone
+        too_many = f"more groups than max_groups ({settings.max_groups})"
+        if settings.labels_max_values:
+            too_many += " or values of a label than labels_max_values"
+        if pipeline.group_cap.would_fold(labels):  # in this process's part alone
             raise _OneProcess(too_many)
         progress.stage(f"passing records between {n} processes")
         # the records each worker read for the other shards: [worker][shard] (its own left out)
@@ -343,14 +351,16 @@ def _replay_in_shards(
         )
         shards = [own]
         for worker in workers:
-            consumed, rejected, their_shard = marshal.loads(worker.receive())
+            consumed, rejected, ignored, their_shard = marshal.loads(worker.receive())
             decoding.consumed.update(consumed)
             decoding.rejected.update(rejected)
+            decoding.ignored.update(ignored)
             shards.append(their_shard)
-        if len({group for _, groups in shards for group in groups}) > pipeline.group_cap.max_groups:
+        if pipeline.group_cap.would_fold(group for _, groups in shards for group in groups):
             raise _OneProcess(too_many)
         pipeline.counters.consumed.update(decoding.consumed)
         pipeline.counters.rejected.update(decoding.rejected)
+        pipeline.counters.ignored.update(decoding.ignored)
         # before the workers are stopped: each leaves once it has sent its answer, and the
         # system frees its memory meanwhile (stop() waits for that)
         _settle(pipeline, shards)
@@ -412,7 +422,7 @@ def _work(
         _in_order(parts, range(1, len(sources))),
         settle_ids=functools.partial(_ids_in_worker, main),
     )
-    main.send(marshal.dumps((dict(decoding.consumed), dict(decoding.rejected), own)))
+    main.send(marshal.dumps((dict(decoding.consumed), dict(decoding.rejected), dict(decoding.ignored), own)))
 
 
 def _id_hashes(seen: dict[str, EventFields]) -> array.array[int]:
@@ -773,21 +783,28 @@ def build_report(pipeline: Pipeline) -> dict[str, Any]:
     rejected: Counter[str] = Counter()
     for (_, reason), count in counters.rejected.items():
         rejected[reason] += count
+    inputs: dict[str, Any] = {
+        "records": sum(counters.consumed.values()),
+        "rejected": dict(sorted(rejected.items())),
+        "unattributed": dict(sorted(counters.unattributed.items())),
+        "duplicates": {
+            "impressions": counters.duplicates["impressions"],
+            "events": counters.duplicates["events"],
+        },
+    }
+    events = pipeline.settings.input.events
+    if events is not None and events.ignore_types:
+        ignored: Counter[str] = Counter()
+        for (_, event_type), count in counters.ignored.items():
+            ignored[event_type] += count
+        inputs["ignored"] = dict(sorted(ignored.items()))
     return {
         "overall": _block(overall, pipeline),
         "groups": [
             {"labels": dict(zip(group_by, labels, strict=True)), **_block(sums, pipeline)}
             for labels, sums in groups
         ],
-        "inputs": {
-            "records": sum(counters.consumed.values()),
-            "rejected": dict(sorted(rejected.items())),
-            "unattributed": dict(sorted(counters.unattributed.items())),
-            "duplicates": {
-                "impressions": counters.duplicates["impressions"],
-                "events": counters.duplicates["events"],
-            },
-        },
+        "inputs": inputs,
     }
 
 
@@ -829,4 +846,6 @@ def format_table(report: dict[str, Any], metric_names: Sequence[str]) -> str:
         f"unattributed: {counts(inputs['unattributed'])}",
         f"duplicates: {counts(inputs['duplicates'])}",
     ]
+    if "ignored" in inputs:
+        lines.append(f"ignored: {counts(inputs['ignored'])}")
     return "\n".join(lines)

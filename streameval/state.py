@@ -140,6 +140,7 @@ def _totals(pipeline: Pipeline) -> dict[str, Any]:
         "counters": {
             "consumed": list(c.consumed.items()),
             "rejected": [[t, r, n] for (t, r), n in c.rejected.items()],
+            "ignored": [[t, r, n] for (t, r), n in c.ignored.items()],
             "dead_lettered": [[t, r, n] for (t, r), n in c.dead_lettered.items()],
             "unattributed": list(c.unattributed.items()),
             "duplicates": list(c.duplicates.items()),
@@ -258,6 +259,7 @@ def _apply_totals(pipeline: Pipeline, value: dict[str, Any]) -> None:
     pipeline.counters = Counters(
         consumed=Counter(dict(c["consumed"])),
         rejected=Counter({(t, r): n for t, r, n in c["rejected"]}),
+        ignored=Counter({(t, r): n for t, r, n in c.get("ignored", ())}),  # absent before ignore_types
         dead_lettered=Counter({(t, r): n for t, r, n in c["dead_lettered"]}),
         unattributed=Counter(dict(c["unattributed"])),
         duplicates=Counter(dict(c["duplicates"])),

@@ -50,6 +50,7 @@ def merge_snapshots(snapshots: Iterable[Snapshot]) -> Snapshot:
         c, s = merged.counters, snap.counters
         c.consumed.update(s.consumed)
         c.rejected.update(s.rejected)
+        c.ignored.update(s.ignored)
         c.dead_lettered.update(s.dead_lettered)
         c.unattributed.update(s.unattributed)
         c.duplicates.update(s.duplicates)

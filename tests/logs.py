@@ -37,7 +37,7 @@ BAD_IMPRESSIONS = [
     (orjson.dumps({"query_id": "x", "ts": "yesterday", "items": ["a"]}), "wrong_type"),
     (orjson.dumps({"query_id": "x", "ts": 5, "items": "a,b"}), "wrong_type"),
     (orjson.dumps({"query_id": "x", "ts": 5, "items": ["a", 1.5]}), "wrong_type"),
-    (orjson.dumps({"query_id": "x", "ts": 5, "items": ["a"], "model": 3}), "wrong_type"),
+    (orjson.dumps({"query_id": "x", "ts": 5, "items": ["a"], "model": [3]}), "wrong_type"),
     (orjson.dumps({"query_id": "x", "ts": 5, "items": []}), "empty_items"),
 ]
 BAD_EVENTS = [

@@ -130,6 +130,7 @@ def test_the_reason_vocabulary_is_the_documented_one() -> None:
         "wrong_type",
         "unknown_event_type",
         "empty_items",
+        "ts_out_of_range",
     )
 
 

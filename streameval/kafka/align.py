@@ -11,7 +11,7 @@ stays empty without being caught up blocks for at most ``max_wait`` seconds (Kaf
 topic and starts again each time the topic runs dry: a topic that waited out its time once
 does not let the merge run ahead of another topic that falls behind later.
 
-Rejected records carry no usable time; they are handed out as soon as they reach the head of
+Rejected and ignored records carry no usable time; they are handed out as soon as they reach the head of
 their topic's buffer, which keeps each topic in offset order (committed offsets never skip
 an unprocessed record).
 """
@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from streameval.records import Engagement, Impression, Rejection
+from streameval.records import Engagement, Ignored, Impression, Rejection
 
 
 @dataclass(slots=True)
@@ -32,7 +32,7 @@ class Entry:
 
     topic: str
     offset: int
-    record: Impression | Engagement | Rejection
+    record: Impression | Engagement | Rejection | Ignored
     message: Any  # the client's record (raw value, key, headers), for the dead-letter topic
 
 
@@ -68,7 +68,7 @@ class Aligner:
                 continue
             self._dry_since.pop(topic, None)
             head = buffer[0].record
-            if isinstance(head, Rejection):
+            if isinstance(head, Rejection | Ignored):
                 return buffer.popleft()
             if best is None or head.ts < best_ts:
                 best, best_ts = buffer, head.ts

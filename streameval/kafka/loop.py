@@ -123,7 +123,7 @@ class ConsumerLoop:
         self.wall_clock = wall_clock
         self.topics = (settings.impressions_topic, *settings.events_topics)
         self.partitions: dict[int, PartitionState] = {}
-        self.group_cap = GroupCap(settings.max_groups, len(settings.group_by))
+        self.group_cap = GroupCap.of(settings)
         self.latency = Latency()
         self.ops = Operations()
         #: bytes a dead-letter record may take (the smaller of the producer's max_request_size and
@@ -446,10 +446,14 @@ class ConsumerLoop:
 
     def _decode(self, pipeline: Pipeline, topic: str, message: Any) -> Entry:
         raw = message.value if message.value is not None else b""
+        kafka_ts = None
+        if pipeline.decoder.wants_kafka_ts:  # ts = "@timestamp": the record's own, in ms
+            timestamp = getattr(message, "timestamp", None)
+            kafka_ts = timestamp / 1000 if timestamp is not None and timestamp >= 0 else None
         if topic == self.settings.impressions_topic:
-            record: Any = pipeline.decode_impression(raw)
+            record: Any = pipeline.decode_impression(raw, kafka_ts)
         else:
-            record = pipeline.decode_event(raw, topic)
+            record = pipeline.decode_event(raw, topic, kafka_ts)
         return Entry(topic, message.offset, record, message)
 
     def _end(self, tp: TopicPartition) -> int | None:

@@ -29,6 +29,7 @@ def test_benchmark_command_writes_all_six_figures(bootstrap, tmp_path) -> None:
     figures = results["figures"]
     assert sorted(figures) == [
         "1_replay",
+        "1m_mapped_input",
         "2_daemon",
         "3_state_size",
         "4_memory",
@@ -43,6 +44,7 @@ def test_benchmark_command_writes_all_six_figures(bootstrap, tmp_path) -> None:
     assert figures["1_replay"]["same_report"] is True  # in one process and in several
     if "compiled_ratio" in figures["1_replay"]:  # a C compiler was at hand: the same report
         assert figures["1_replay"]["compiled_same_report"] is True
+    assert figures["1m_mapped_input"]["same_metrics"] is True
     assert figures["2_daemon"]["ratio"] > 0
     # every run of the daemon on the backlog (compiled or not, with checkpoints or not) counted
     # the same records and showed the same provisional metrics
@@ -52,6 +54,6 @@ def test_benchmark_command_writes_all_six_figures(bootstrap, tmp_path) -> None:
         assert figures["5_batch_route"]["largest_difference"] < 1e-9  # ranx agrees with replay
     assert figures["6_freshness"]["records"] > 0
     table = (tmp_path / "results.md").read_text()
-    for row in ("| 1.", "| 2.", "| 3a.", "| 4.", "| 5.", "| 6."):
+    for row in ("| 1.", "| 1m.", "| 2.", "| 3a.", "| 4.", "| 5.", "| 6."):
         assert row in table
     assert ">= 0.25" in table and ">= 0.80" in table and "<= 2 KB" in table
