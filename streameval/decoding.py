@@ -59,14 +59,17 @@ def _ts_at(obj: Any, path: Path | None, unit: int, kafka_ts: float | None) -> fl
             raise _Bad("missing_field", 'the Kafka record has no timestamp (ts = "@timestamp")')
         return kafka_ts
     value = _required_at(obj, path)
-    if type(value) is str and _DIGITS.match(value):  # a number written as a string
-        value = int(value) if value.isdigit() else float(value)
-    if unit != 1 and type(value) in (int, float):
-        seconds = value / unit  # correctly rounded: 1764000000123 ms is 1764000000.123 s
-        if not math.isfinite(seconds):
-            raise _Bad("wrong_type", f"{path.text} is not a finite number")
-        return seconds
-    return parse_ts(value, path.text)
+    try:
+        if type(value) is str and _DIGITS.match(value):  # a number written as a string
+            value = int(value) if value.isdigit() else float(value)
+        if unit != 1 and type(value) in (int, float):
+            seconds = value / unit  # correctly rounded: 1764000000123 ms is 1764000000.123 s
+            if not math.isfinite(seconds):
+                raise _Bad("wrong_type", f"{path.text} is not a finite number")
+            return seconds
+        return parse_ts(value, path.text)
+    except OverflowError:  # an integer beyond any float (a string of 400 digits)
+        raise _Bad("wrong_type", f"{path.text} is not a finite number") from None
 
 
 _DIGITS = re.compile(r"^-?[0-9]+(\.[0-9]+)?$")

@@ -194,6 +194,7 @@ BAD_IMPRESSIONS = [
     (_with(IMP, "timestamp_ms", ...), "missing_field", "'timestamp_ms' is missing"),
     (_with(IMP, "timestamp_ms", "soon"), "wrong_type", "timestamp_ms 'soon' is not an RFC 3339 time"),
     (_with(IMP, "timestamp_ms", True), "wrong_type", "timestamp_ms is a boolean"),
+    (_with(IMP, "timestamp_ms", "9" * 400), "wrong_type", "timestamp_ms is not a finite number"),
     (_with(IMP, "results", {"a": 1}), "wrong_type", "results is dict, not an array"),
     (_with(IMP, "results", []), "empty_items", "results is an empty list"),
     (_with(IMP, "results.1", "a"), "wrong_type", "results[1] is str, not an object"),
@@ -457,3 +458,30 @@ def test_any_record_rewritten_through_any_mapping_scores_the_same(tmp_path: Path
     assert mapped["inputs"]["records"] == native["inputs"]["records"] + sum(
         mapped["inputs"]["ignored"].values()
     )
+
+
+_json = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=5)
+    | st.sampled_from(["1700000000123", "2023-11-14T22:13:20Z", "CLICK", "VIEW", "a"]),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(["id", "sku", "pos", "name", "request", "results", "x"]), children, max_size=4
+        )
+    ),
+    max_leaves=20,
+)
+_keys = ["request", "timestamp_ms", "ranker", "page", "results", "rid", "product", "kind", "time_ms", "eid"]
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(record=st.dictionaries(st.sampled_from(_keys), _json, max_size=8))
+def test_no_record_makes_a_mapped_decoder_raise(record: dict) -> None:
+    raw = orjson.dumps(record)
+    d = decoder()
+    assert isinstance(d.impression(raw), tuple | Rejection)
+    assert isinstance(d.event(raw, "clicks"), tuple | Rejection | Ignored)
