@@ -171,6 +171,8 @@ def _int_in(low: int, high: int) -> Callable[[Any], int]:
     def check(value: Any) -> int:
         if isinstance(value, str) and value.strip().lstrip("-").isdigit():
             value = int(value)
+        if isinstance(value, float) and value.is_integer():  # 3.0, as generated TOML writes 3
+            value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"{value!r} is not a whole number")
         if not low <= value <= high:

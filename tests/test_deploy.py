@@ -32,7 +32,11 @@ def test_everything_compose_and_the_dockerfile_reference_exists() -> None:
         assert (ROOT / path).exists(), path
     assert "build: ." in compose and (ROOT / "Dockerfile").is_file()
     dockerfile = (ROOT / "Dockerfile").read_text()
-    assert re.search(r"^FROM python:3\.1[1-9]-slim$", dockerfile, flags=re.M)
+    # a base pinned to a patch version, a numeric user, `run` by default, a health check
+    assert re.search(r"^FROM python:3\.1[1-9]\.[0-9]+-slim-\w+$", dockerfile, flags=re.M)
+    assert re.search(r"^USER [0-9]+:[0-9]+$", dockerfile, flags=re.M)
+    assert re.search(r'^CMD \["run"\]$', dockerfile, flags=re.M)
+    assert "HEALTHCHECK" in dockerfile and "-c constraints.txt" in dockerfile
     for line in re.findall(r"^COPY (.+) \S+$", dockerfile, flags=re.M):
         for source in line.split():
             assert (ROOT / source).exists(), source
