@@ -25,12 +25,14 @@ from streameval.http import Health, HttpServer, make_app
 from streameval.kafka.changelog import Restorer, ensure_changelog
 from streameval.kafka.checkpoint import Transactions
 from streameval.kafka.clients import (
+    broker_max_transaction_timeout_ms,
     check_topics,
     ensure_topic,
     make_admin,
     make_consumer,
     make_producer,
     max_message_bytes,
+    transaction_timeout_ms,
     transactional_id,
 )
 from streameval.kafka.loop import ConsumerLoop
@@ -113,11 +115,12 @@ def _connect(settings: Settings) -> ConsumerLoop:
         try:
             ensure_topic(admin, settings.dead_letter_topic, 1)
             dead_letter_limit = max_message_bytes(admin, settings, settings.dead_letter_topic)
+            timeout_ms = transaction_timeout_ms(settings, broker_max_transaction_timeout_ms(admin))
             ensure_changelog(admin, consumer, settings, partitions)
         finally:
             admin.close()
         txn_id = transactional_id(settings)
-        transactions = Transactions(lambda: make_producer(settings, txn_id))
+        transactions = Transactions(lambda: make_producer(settings, txn_id, timeout_ms))
         try:
             transactions.connect()
         except KafkaError as exc:

@@ -52,6 +52,7 @@ _PRODUCER_ONLY = {
     "enable_idempotence",
     "delivery_timeout_ms",
     "retries",
+    "transaction_timeout_ms",
 }
 
 
@@ -132,8 +133,67 @@ def transactional_id(settings: Settings) -> str:
     return f"streameval-{settings.group_id}-{instance}"
 
 
-def make_producer(settings: Settings, txn_id: str) -> KafkaProducer:
-    """The transactional producer of checkpoints and dead-letter records."""
+#: Kafka's default transaction.max.timeout.ms (15 minutes), for a broker that does not list it
+BROKER_MAX_TRANSACTION_TIMEOUT_MS = 900_000
+#: the transaction timeout of short commit intervals: a transaction left open by a dead
+#: instance blocks readers this long at most
+MIN_TRANSACTION_TIMEOUT_MS = 30_000
+
+
+def transaction_timeout_ms(settings: Settings, broker_max_ms: int) -> int:
+    """The producer's ``transaction_timeout_ms`` for ``commit_interval``, or a ConfigError
+    naming ``commit_interval`` when the broker allows no timeout long enough.
+
+    A checkpoint's transaction opens at the first send after the last commit (a dead-letter
+    record, or the checkpoint's own changelog entries) and commits at the next checkpoint: one
+    ``commit_interval`` later, plus a rebalance it waits for (at most ``max_poll_interval_ms``,
+    30 s) and its own duration. So the timeout is 30 s, or twice the interval plus 20 s when
+    that is longer; an explicit ``[kafka] transaction_timeout_ms`` must cover the interval."""
+    interval_ms = settings.commit_interval * 1000
+    explicit = settings.kafka.get("transaction_timeout_ms")
+    if explicit is not None:
+        if not isinstance(explicit, int) or explicit <= interval_ms:
+            raise ConfigError(
+                f"commit_interval: {settings.commit_interval:g} s is not shorter than the [kafka] "
+                f"transaction_timeout_ms ({explicit}): the broker would abort every checkpoint's "
+                "transaction before it commits; leave transaction_timeout_ms out (it is chosen from "
+                "commit_interval) or shorten commit_interval"
+            )
+        return explicit
+    wanted = max(MIN_TRANSACTION_TIMEOUT_MS, int(2 * interval_ms + 20_000))
+    if wanted > broker_max_ms:
+        longest = (broker_max_ms - 20_000) / 2000
+        raise ConfigError(
+            f"commit_interval: {settings.commit_interval:g} s needs a transaction timeout of "
+            f"{wanted / 1000:g} s, more than the broker allows (transaction.max.timeout.ms = "
+            f"{broker_max_ms}); use a commit_interval of at most {longest:g} s, or raise the "
+            "broker's transaction.max.timeout.ms"
+        )
+    return wanted
+
+
+def broker_max_transaction_timeout_ms(admin: KafkaAdminClient) -> int:
+    """The broker's ``transaction.max.timeout.ms`` (its default when not listed or not readable)."""
+    try:
+        brokers = admin.describe_cluster().get("brokers") or []
+        if not brokers:
+            return BROKER_MAX_TRANSACTION_TIMEOUT_MS
+        broker = str(brokers[0]["broker_id"])
+        described = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.BROKER, broker, ["transaction.max.timeout.ms"])]
+        )
+        value = described.get("broker", {}).get(broker, {}).get("transaction.max.timeout.ms", {}).get("value")
+    except (KafkaError, AttributeError, TypeError, KeyError) as exc:
+        log.info("cannot read transaction.max.timeout.ms (%s); assuming Kafka's default", type(exc).__name__)
+        return BROKER_MAX_TRANSACTION_TIMEOUT_MS
+    return int(value) if isinstance(value, str) and value.isdigit() else BROKER_MAX_TRANSACTION_TIMEOUT_MS
+
+
+def make_producer(
+    settings: Settings, txn_id: str, timeout_ms: int = MIN_TRANSACTION_TIMEOUT_MS
+) -> KafkaProducer:
+    """The transactional producer of checkpoints and dead-letter records; ``timeout_ms`` from
+    :func:`transaction_timeout_ms`."""
     config = {
         **_common(settings),
         "acks": "all",
@@ -145,9 +205,8 @@ def make_producer(settings: Settings, txn_id: str) -> KafkaProducer:
         # a send waits this long at most for metadata or buffer space (a missing topic); with the
         # checkpoint's own bounds it keeps the loop well inside max_poll_interval_ms (30 s)
         "max_block_ms": 5_000,
-        # a transaction left open by a dead instance blocks readers this long at most
-        "transaction_timeout_ms": 30_000,
         **_table(settings, _CONSUMER_ONLY),
+        "transaction_timeout_ms": timeout_ms,
         "transactional_id": txn_id,
     }
     return _connect("producer", KafkaProducer, settings, **config)
