@@ -10,7 +10,7 @@ Kafka (``streameval.kafka.sample``).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -34,6 +34,7 @@ class Sample:
     raw: bytes
     where: str
     kafka_ts: float | None = None
+    partition: int | None = None  # of a Kafka record
 
 
 @dataclass
@@ -55,6 +56,8 @@ class InputReport:
     strings: int = 0  # raw times that are strings
     mapped: dict[str, Any] | None = None  # the first accepted record, in streameval's shape
     configured_unit: str = "s"
+    #: accepted Kafka records not in the partition the default partitioner gives their query
+    misrouted: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -69,6 +72,7 @@ class InputReport:
             "time": None if self.first_ts is None else [_iso(self.first_ts), _iso(self.last_ts)],
             "unit": self.unit_text(),
             "mapped": self.mapped,
+            "misrouted": self.misrouted,
         }
 
     def unit_text(self) -> str:
@@ -105,9 +109,17 @@ def _iso(seconds: float | None) -> str:
 
 
 def check_input(
-    settings: Settings, kind: str, source: str, topic: str, samples: Iterable[Sample], decoder: Decoder
+    settings: Settings,
+    kind: str,
+    source: str,
+    topic: str,
+    samples: Iterable[Sample],
+    decoder: Decoder,
+    placement: Callable[[str], int] | None = None,
 ) -> InputReport:
-    """Decode ``samples`` as the daemon would and count what became of them."""
+    """Decode ``samples`` as the daemon would and count what became of them; with
+    ``placement`` (query id -> the partition the default partitioner gives it), also the
+    records of another partition."""
     mapping = settings.input.impressions if kind == "impressions" else settings.input.events
     ts_path = Path("ts", ("ts",)) if mapping is None else mapping.ts
     unit = 1 if mapping is None else mapping.ts_unit
@@ -116,6 +128,8 @@ def check_input(
         report.values = {name: Counter() for name in settings.group_by}
     else:
         report.values = {"type": Counter()}
+    if placement is not None:
+        report.misrouted = 0
     for sample in samples:
         report.read += 1
         _note_raw_ts(report, sample.raw, ts_path)  # of every record: a wrong unit rejects them all
@@ -131,6 +145,12 @@ def check_input(
             report.ignored[fields.type] += 1
             continue
         report.accepted += 1
+        if (
+            placement is not None
+            and sample.partition is not None
+            and placement(fields[0]) != sample.partition
+        ):
+            report.misrouted += 1  # type: ignore[operator]
         ts = fields[1] if kind == "impressions" else fields[3]
         report.first_ts = ts if report.first_ts is None else min(report.first_ts, ts)
         report.last_ts = ts if report.last_ts is None else max(report.last_ts, ts)
@@ -200,6 +220,12 @@ def format_report(reports: list[InputReport]) -> str:
         lines.append(f"  ts        {r.unit_text()}")
         mapped = "-" if r.mapped is None else orjson.dumps(r.mapped).decode()
         lines.append(f"  mapped    {mapped}")
+        if r.misrouted:
+            lines.append(
+                f"  misrouted {r.misrouted} of {r.accepted} accepted: not in the partition murmur2 of their "
+                "query_id gives (the producer places keys another way, e.g. librdkafka's CRC32, or keys "
+                "by something else): fix its partitioner or key"
+            )
         lines.append("")
     rejected = sum(sum(r.rejected.values()) for r in reports)
     lines.append(f"{rejected} records rejected: see the examples above" if rejected else "nothing rejected")

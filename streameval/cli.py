@@ -329,9 +329,10 @@ def _add_check(commands: Any) -> None:
         "accepted, rejected by reason with one example each (the field or path that was missing or "
         "of the wrong type), ignored (ignore_types), the labels or event types found with their "
         "counts, the range of event times and the unit their numbers look like, and the first "
-        "accepted record as streameval sees it. Use it to write a mapping for logs in another "
-        "shape ([input.impressions] / [input.events], README, Your logs). Exit status: 0 when "
-        "nothing was rejected, 1 when something was, 2 for a bad configuration.",
+        "accepted record as streameval sees it; read from topics, also the records that are not in "
+        "the partition murmur2 of their query_id gives (misrouted). Use it to write a mapping for "
+        "logs in another shape ([input.impressions] / [input.events], README, Your logs). Exit "
+        "status: 0 when nothing was rejected, 1 when something was, 2 for a bad configuration.",
     )
     _add_common(check)
     groups = _groups(check)
@@ -385,13 +386,16 @@ def _check(args: argparse.Namespace) -> int:
             samples = file_samples(path, args.limit)
             reports.append(check_input(settings, "events", path, topic, samples, decoder))
     else:
-        from streameval.kafka.sample import topic_samples
+        from streameval.kafka.placement import Placement
+        from streameval.kafka.sample import partition_count, topic_samples
 
         inputs = [("impressions", settings.impressions_topic)]
         inputs += [("events", topic) for topic in settings.events_topics]
         for kind, topic in inputs:
             samples = topic_samples(settings, topic, args.limit)
-            reports.append(check_input(settings, kind, f"topic {topic}", topic, samples, decoder))
+            placement = Placement(max(1, partition_count(settings, topic))).partition_of
+            source = f"topic {topic}"
+            reports.append(check_input(settings, kind, source, topic, samples, decoder, placement))
     if args.format == "json":
         text = orjson.dumps([r.as_dict() for r in reports], option=orjson.OPT_INDENT_2).decode()
         sys.stdout.write(text + "\n")

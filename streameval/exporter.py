@@ -240,6 +240,13 @@ OPERATIONS: tuple[tuple[str, str, str, tuple[str, ...], Samples], ...] = (
         lambda v: {(t, k): n for (t, k), n in v.snapshot.counters.ignored.items()},
     ),
     (
+        "streameval_records_misrouted",
+        "counter",
+        "Records not in the partition murmur2 of their query_id gives (the default partitioner's)",
+        ("topic",),
+        lambda v: {(t,): n for t, n in v.snapshot.counters.misrouted.items()},
+    ),
+    (
         "streameval_dead_letter_records",
         "counter",
         "Rejected records sent to the dead-letter topic (in committed checkpoints)",

@@ -118,6 +118,13 @@ def _health_detail(view: View) -> str:
         + ("none yet" if ops.last_checkpoint is None else f"{now - ops.last_checkpoint:.0f} s ago"),
         f"partitions restoring: {ops.partitions_restoring}",
     ]
+    misrouted = view.snapshot.counters.misrouted
+    if misrouted:
+        lines.append(
+            "misrouted records (not in the partition murmur2 of their query_id gives): "
+            + ", ".join(f"{topic} {n}" for topic, n in sorted(misrouted.items()))
+            + "; fix the producer's partitioner or key (query_id)"
+        )
     if ops.failing() and ops.last_failure is not None:
         lines.append(
             f"degraded: checkpoints failing ({ops.checkpoint_failures} failures so far), the last "

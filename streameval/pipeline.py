@@ -33,6 +33,7 @@ class Counters:
     consumed: Counter[str] = field(default_factory=Counter)  # topic -> records read
     rejected: Counter[tuple[str, str]] = field(default_factory=Counter)  # (topic, reason)
     ignored: Counter[tuple[str, str]] = field(default_factory=Counter)  # (topic, type): ignore_types
+    misrouted: Counter[str] = field(default_factory=Counter)  # topic -> records not in murmur2's partition
     dead_lettered: Counter[tuple[str, str]] = field(default_factory=Counter)  # sent to the DLQ
     unattributed: Counter[str] = field(default_factory=Counter)  # reason
     duplicates: Counter[str] = field(default_factory=Counter)  # "impressions" / "events"

@@ -141,6 +141,7 @@ def _totals(pipeline: Pipeline) -> dict[str, Any]:
             "consumed": list(c.consumed.items()),
             "rejected": [[t, r, n] for (t, r), n in c.rejected.items()],
             "ignored": [[t, r, n] for (t, r), n in c.ignored.items()],
+            "misrouted": list(c.misrouted.items()),
             "dead_lettered": [[t, r, n] for (t, r), n in c.dead_lettered.items()],
             "unattributed": list(c.unattributed.items()),
             "duplicates": list(c.duplicates.items()),
@@ -260,6 +261,7 @@ def _apply_totals(pipeline: Pipeline, value: dict[str, Any]) -> None:
         consumed=Counter(dict(c["consumed"])),
         rejected=Counter({(t, r): n for t, r, n in c["rejected"]}),
         ignored=Counter({(t, r): n for t, r, n in c.get("ignored", ())}),  # absent before ignore_types
+        misrouted=Counter(dict(c.get("misrouted", ()))),  # absent before misrouting was counted
         dead_lettered=Counter({(t, r): n for t, r, n in c["dead_lettered"]}),
         unattributed=Counter(dict(c["unattributed"])),
         duplicates=Counter(dict(c["duplicates"])),

@@ -51,6 +51,7 @@ def merge_snapshots(snapshots: Iterable[Snapshot]) -> Snapshot:
         c.consumed.update(s.consumed)
         c.rejected.update(s.rejected)
         c.ignored.update(s.ignored)
+        c.misrouted.update(s.misrouted)
         c.dead_lettered.update(s.dead_lettered)
         c.unattributed.update(s.unattributed)
         c.duplicates.update(s.duplicates)

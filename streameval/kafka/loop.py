@@ -49,8 +49,9 @@ from streameval.kafka.assignor import NAME
 from streameval.kafka.changelog import Restorer, lost_state_message
 from streameval.kafka.checkpoint import CheckpointFailed, Transactions
 from streameval.kafka.deadletter import dead_letter_record
+from streameval.kafka.placement import Placement
 from streameval.pipeline import GroupCap, Pipeline
-from streameval.records import Rejection
+from streameval.records import Ignored, Rejection
 from streameval.view import Latency, Operations, View, merge_snapshots
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,10 @@ class ConsumerLoop:
         self.ensure_dead_letter_topic = ensure_dead_letter_topic
         #: the partition count of the inputs (and the changelog) at start-up
         self.partition_count = partition_count
+        #: where the default partitioner puts each query (records elsewhere count as misrouted)
+        self.placement = Placement(partition_count) if partition_count else None
+        self._misrouted_logged: dict[str, int] = {}
+        self._misrouted_next_log = 0.0
         #: asks the cluster whether a topic exists (None: cannot tell now)
         self.topic_exists = topic_exists
         self._changelog_checked = -math.inf
@@ -444,6 +449,32 @@ class ConsumerLoop:
         )
         self._processed_since_status = 0
 
+    def _log_misrouted(self, view: View) -> None:
+        """The topics whose records are not where murmur2 of their query id puts them, and what
+        to do: when first seen, then at most once a minute while the counts grow."""
+        if time.monotonic() < self._misrouted_next_log:
+            return
+        misrouted = view.snapshot.counters.misrouted
+        grown = {t: n for t, n in misrouted.items() if n > self._misrouted_logged.get(t, 0)}
+        if not grown:
+            return
+        self._misrouted_logged = dict(misrouted)
+        self._misrouted_next_log = time.monotonic() + STATUS_LOG_INTERVAL_S
+        # the impressions placed one way and some events another: their records need not meet
+        # in one partition, and the join misses them (that is what breaks the numbers)
+        placed_apart = len({topic in misrouted for topic in self.topics}) > 1
+        log.warning(
+            "misrouted records (not in the partition murmur2 of their query_id gives), so far: %s.%s "
+            "Fix the producer's partitioner (librdkafka's default is CRC32: set "
+            "partitioner=murmur2_random) or its key (query_id), or re-key the topic by query_id into "
+            "one co-partitioned with the impressions",
+            ", ".join(f"{t} {n}" for t, n in sorted(misrouted.items())),
+            " The impressions and the events are placed differently, so a query's records may not "
+            "meet: the join counts them unknown_query."
+            if placed_apart
+            else "",
+        )
+
     def _decode(self, pipeline: Pipeline, topic: str, message: Any) -> Entry:
         raw = message.value if message.value is not None else b""
         kafka_ts = None
@@ -509,14 +540,19 @@ class ConsumerLoop:
         caught_up = self._caught_up(partition, ps)
         processed = 0
         now = self.wall_clock()
+        placement = self.placement
         while True:
             entry = ps.aligner.pop(caught_up)
             if entry is None:
                 break
-            if isinstance(entry.record, Rejection):
-                self._dead_letter(partition, entry, entry.record)
-                pipeline.counters.dead_lettered[(entry.topic, entry.record.reason)] += 1
-            pipeline.handle(entry.topic, entry.record)
+            record = entry.record
+            if isinstance(record, Rejection):
+                self._dead_letter(partition, entry, record)
+                pipeline.counters.dead_lettered[(entry.topic, record.reason)] += 1
+            elif placement is not None and type(record) is not Ignored:
+                if placement.partition_of(record.query_id) != partition:  # type: ignore[union-attr]
+                    pipeline.counters.misrouted[entry.topic] += 1
+            pipeline.handle(entry.topic, record)
             timestamp = getattr(entry.message, "timestamp", None)
             if timestamp is not None and timestamp > 0:
                 self.latency.observe(now - timestamp / 1000.0)
@@ -621,6 +657,7 @@ class ConsumerLoop:
             ops=self.ops.copy(),
             ready=self.ready,
         )
+        self._log_misrouted(self.view)
         return self.view
 
     def close(self) -> bool:

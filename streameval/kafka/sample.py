@@ -18,6 +18,16 @@ from streameval.kafka.clients import _connect, restore_consumer_config
 READ_TIMEOUT_S = 20.0
 
 
+def partition_count(settings: Settings, topic: str) -> int:
+    """The partitions of ``topic`` (0 when it does not exist)."""
+    config = restore_consumer_config(settings)
+    consumer: KafkaConsumer = _connect("consumer", KafkaConsumer, settings, **config)
+    try:
+        return len(consumer.partitions_for_topic(topic) or ())
+    finally:
+        consumer.close()
+
+
 def topic_samples(settings: Settings, topic: str, limit: int) -> Iterator[Sample]:
     """Up to ``limit`` records of ``topic`` from the start of its partitions (each partition up
     to the end it had when reading began)."""
@@ -46,6 +56,7 @@ def topic_samples(settings: Settings, topic: str, limit: int) -> Iterator[Sample
                         message.value if message.value is not None else b"",
                         f"partition {tp.partition} offset {message.offset}",
                         timestamp / 1000 if timestamp is not None and timestamp >= 0 else None,
+                        tp.partition,
                     )
             for tp in list(left):  # a partition's end may be a transaction marker, not a record
                 if consumer.position(tp) >= ends[tp]:
