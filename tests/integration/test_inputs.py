@@ -16,7 +16,9 @@ from streameval.replay import build_report, run_replay
 from tests.integration.conftest import Daemon, Topics, value
 from tests.integration.test_daemon import (
     DAEMON_CONFIG,
+    T0,
     assert_metrics_equal_replay,
+    flush_records,
     make_log,
     produce_flush,
     replay_report,
@@ -179,4 +181,44 @@ def test_times_in_milliseconds_between_two_halves_are_rejected_and_the_rest_is_e
     dead = topics.read_all(topics.dlq, sum(log.rejected.values()) + len(in_ms))
     out_of_range = [m for m in dead if dict(m.headers)["reason"] == b"ts_out_of_range"]
     assert sorted(m.value for m in out_of_range) == sorted(in_ms)
+    assert daemon.stop(signal.SIGTERM) == 0
+
+
+def test_times_from_the_kafka_record_with_at_timestamp(tmp_path, topics: Topics, daemons) -> None:
+    """Records without a time field, stamped by their producer (ts = "@timestamp"), score as the
+    same records with the time in a field do in replay."""
+    impressions, events, log = make_log(11)
+    topics.create(partitions=2)
+    producer = KafkaProducer(bootstrap_servers=topics.bootstrap, linger_ms=5)
+    sent = 0
+    for topic, records in ((topics.impressions, log.valid_impressions), (topics.clicks, log.valid_events)):
+        for record in sorted(records, key=lambda r: r["ts"]):
+            stamp = round(record["ts"] * 1000)
+            untimed = {k: v for k, v in record.items() if k != "ts"}
+            producer.send(
+                topic, value=orjson.dumps(untimed), key=record["query_id"].encode(), timestamp_ms=stamp
+            )
+            sent += 1
+    # one impression per partition ten days on (stamped so, as the rest): everything settles
+    for partition, raw in flush_records(topics.partitions, T0 + 10 * 86400):
+        stamp = round((T0 + 10 * 86400) * 1000)
+        producer.send(topics.impressions, value=raw, key=raw, partition=partition, timestamp_ms=stamp)
+    producer.flush()
+    producer.close()
+    config = topics.config(tmp_path / "c.toml", **DAEMON_CONFIG)
+    config.write_text(
+        config.read_text() + '[input.impressions]\nts = "@timestamp"\n[input.events]\nts = "@timestamp"\n'
+    )
+    daemon = Daemon(config)
+    daemons.append(daemon)
+    metrics = daemon.wait_until(settled_with_flush(topics, sent), what="everything settled")
+    # the same records, their times in milliseconds as the broker keeps them
+    timed = [
+        [orjson.dumps(dict(r, ts=round(r["ts"] * 1000) / 1000)) for r in records]
+        for records in (log.valid_impressions, log.valid_events)
+    ]
+    native = tmp_path / "native.toml"
+    native.write_text(config.read_text().split("[input.impressions]")[0])
+    assert_metrics_equal_replay(metrics, replay_report(tmp_path, native, timed[0], timed[1]))
+    assert value(metrics, "streameval_records_rejected_total") == 0
     assert daemon.stop(signal.SIGTERM) == 0
