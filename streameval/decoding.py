@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from streameval.config import Settings, format_duration
-from streameval.mapping import EventMapping, ImpressionMapping, Path, PathError, lookup, path_to_parent
+from streameval.mapping import EventMapping, ImpressionMapping, Path, PathError, lookup
 from streameval.records import (
     EventFields,
     Ignored,
@@ -40,8 +40,8 @@ def _at(obj: Any, path: Path) -> Any:
     """The value at ``path``, None when absent; a step through a non-object is ``wrong_type``."""
     try:
         return lookup(obj, path)
-    except PathError:
-        raise _Bad("wrong_type", path_to_parent(obj, path)) from None
+    except PathError as exc:
+        raise _Bad("wrong_type", str(exc)) from None
 
 
 def _required_at(obj: Any, path: Path, name: str | None = None) -> Any:

@@ -81,14 +81,10 @@ class GroupCap:
         folded = self._folded.get(labels)
         if folded is not None:
             return folded
-        out = list(labels)
-        for i, value in enumerate(labels):
-            patterns = self.allow[i]
-            if patterns is not None and not self._allowed(i, value, patterns):
-                out[i] = OTHER_GROUP
-                continue
+        out = list(self.fold_labels_stateless(labels))
+        for i, value in enumerate(out):
             cap = self.max_values[i]
-            if cap is not None and value not in self.values[i]:
+            if cap is not None and value != OTHER_GROUP and value not in self.values[i]:
                 if len(self.values[i]) < cap:
                     self.values[i].add(value)
                 else:

@@ -44,31 +44,12 @@ class Path:
 
 class PathError(Exception):
     """A path met something other than an object (or list) on its way: the record's field has
-    the wrong type."""
-
-
-_ABSENT = None
+    the wrong type. The message names the part of the path that holds it."""
 
 
 def lookup(obj: Any, path: Path) -> Any:
     """The value at ``path`` in ``obj``, or None when a key on the way is absent (or null).
     Raises PathError when a step meets a value that is neither an object nor a list."""
-    value = obj
-    for segment in path.segments:
-        if type(value) is dict:
-            value = value.get(segment if type(segment) is str else str(segment))
-        elif type(value) is list and type(segment) is int:
-            value = value[segment] if segment < len(value) else _ABSENT
-        else:
-            raise PathError(path.text)
-        if value is None:
-            return None
-    return value
-
-
-def path_to_parent(obj: Any, path: Path) -> str:
-    """The prefix of ``path`` that holds a value which is neither an object nor a list (for the
-    message of a PathError)."""
     value = obj
     for i, segment in enumerate(path.segments):
         if type(value) is dict:
@@ -77,10 +58,10 @@ def path_to_parent(obj: Any, path: Path) -> str:
             value = value[segment] if segment < len(value) else None
         else:
             where = ".".join(str(s) for s in path.segments[:i])
-            return f"{where} is {type(value).__name__}, not an object"
+            raise PathError(f"{where} is {type(value).__name__}, not an object")
         if value is None:
-            break
-    return f"{path.text} cannot be read"
+            return None
+    return value
 
 
 def _unit(value: Any, key: str) -> int:
@@ -108,6 +89,24 @@ def _check_keys(table: Mapping[str, Any], known: Sequence[str], where: str) -> N
             raise ValueError(f"{where}.{key}: unknown key; known: {', '.join(known)}")
 
 
+def _paths_and_times(
+    value: Any, where: str, known: Sequence[str], path_keys: Sequence[str]
+) -> tuple[Mapping[str, Any], dict[str, Any]]:
+    """The table at ``where``, checked for unknown keys, and its paths, ``ts`` and ``ts_unit``
+    parsed (what impressions and events have in common)."""
+    table = _table(value, where)
+    _check_keys(table, known, where)
+    values: dict[str, Any] = {}
+    for key in path_keys:
+        if key in table:
+            values[key] = Path.parse(table[key], f"{where}.{key}")
+    if "ts" in table:
+        values["ts"] = _ts(table["ts"], f"{where}.ts")
+    if "ts_unit" in table:
+        values["ts_unit"] = _unit(table["ts_unit"], f"{where}.ts_unit")
+    return table, values
+
+
 @dataclass(frozen=True)
 class ImpressionMapping:
     """``[input.impressions]``: where each field of an impression is in the logged object."""
@@ -124,16 +123,8 @@ class ImpressionMapping:
     @staticmethod
     def parse(table: Any, group_by: Sequence[str]) -> ImpressionMapping:
         where = "input.impressions"
-        table = _table(table, where)
-        _check_keys(table, _IMPRESSION_KEYS, where)
-        values: dict[str, Any] = {}
-        for key in ("query_id", "items", "item_id", "item_rank"):
-            if key in table:
-                values[key] = Path.parse(table[key], f"{where}.{key}")
-        if "ts" in table:
-            values["ts"] = _ts(table["ts"], f"{where}.ts")
-        if "ts_unit" in table:
-            values["ts_unit"] = _unit(table["ts_unit"], f"{where}.ts_unit")
+        paths = ("query_id", "items", "item_id", "item_rank")
+        table, values = _paths_and_times(table, where, _IMPRESSION_KEYS, paths)
         if values.get("item_rank") is not None and values.get("item_id") is None:
             raise ValueError(f"{where}.item_rank: needs item_id (the list must hold objects)")
         labels = {}
@@ -168,16 +159,8 @@ class EventMapping:
     @staticmethod
     def parse(table: Any, grades: Mapping[str, float]) -> EventMapping:
         where = "input.events"
-        table = _table(table, where)
-        _check_keys(table, _EVENT_KEYS, where)
-        values: dict[str, Any] = {}
-        for key in ("query_id", "item", "type", "event_id"):
-            if key in table:
-                values[key] = Path.parse(table[key], f"{where}.{key}")
-        if "ts" in table:
-            values["ts"] = _ts(table["ts"], f"{where}.ts")
-        if "ts_unit" in table:
-            values["ts_unit"] = _unit(table["ts_unit"], f"{where}.ts_unit")
+        paths = ("query_id", "item", "type", "event_id")
+        table, values = _paths_and_times(table, where, _EVENT_KEYS, paths)
         types = {}
         for raw, grade_name in _table(table.get("types", {}), f"{where}.types").items():
             if grade_name not in grades:
