@@ -113,3 +113,17 @@ def test_the_operator_objects_need_the_operators_api(rendered) -> None:
     )
     assert run.returncode == 0, run.stderr
     assert "kind: ServiceMonitor" not in run.stdout and "kind: PrometheusRule" not in run.stdout
+
+
+def test_a_grace_period_shorter_than_the_shutdown_timeout_does_not_render(rendered) -> None:
+    [helm] = sorted((Path.home() / ".cache" / "streameval" / "tools").glob("helm-*/helm"))[-1:]
+    base = [str(helm), "template", "s", str(CHART / "streameval"), "--set", "config.shutdown_timeout=1m"]
+    run = subprocess.run(base, capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0
+    assert (
+        "terminationGracePeriodSeconds (40) must be longer than config.shutdown_timeout (60 s)" in run.stderr
+    )
+    run = subprocess.run(
+        [*base, "--set", "terminationGracePeriodSeconds=75"], capture_output=True, timeout=120
+    )
+    assert run.returncode == 0
