@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from streameval.config import load_settings  # noqa: E402
 from streameval.kafka.clients import make_consumer  # noqa: E402
-from streameval.kafka.loop import keep_join_awaited  # noqa: E402
+from streameval.kafka.compat import keep_join_awaited  # noqa: E402
 
 
 def main() -> None:

@@ -21,7 +21,8 @@ from kafka.admin import KafkaAdminClient, NewTopic
 from streameval import state
 from streameval.collector import FullCollections
 from streameval.config import load_settings
-from streameval.kafka.changelog import CHANGELOG_CONFIGS, Restorer
+from streameval.kafka.changelog import Restorer
+from streameval.kafka.topics import CHANGELOG_CONFIGS
 from streameval.pipeline import Pipeline
 from streameval.records import Engagement, Impression
 

@@ -98,7 +98,10 @@ def main() -> None:
     density = args.open / HORIZON_S
     records = stream(density, args.list_len)
     pipeline = Pipeline(settings)
-    ingest = pipeline.ingest
+
+    def ingest(raw: bytes, topic: str, is_imp: bool) -> None:
+        record = pipeline.decode_impression(raw) if is_imp else pipeline.decode_event(raw, topic)
+        pipeline.handle(topic, record)
 
     if args.memory:
         gc.collect()

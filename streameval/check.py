@@ -9,6 +9,7 @@ Kafka (``streameval.kafka.sample``).
 
 from __future__ import annotations
 
+import pathlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ import orjson
 
 from streameval.config import Settings
 from streameval.decoding import Decoder
-from streameval.errors import InputError
+from streameval.errors import ConfigError, InputError
 from streameval.mapping import TS_UNITS, Path, PathError, lookup
 from streameval.records import Ignored, Rejection
 
@@ -151,24 +152,29 @@ def check_input(
             and placement(fields[0]) != sample.partition
         ):
             report.misrouted += 1  # type: ignore[operator]
-        ts = fields[1] if kind == "impressions" else fields[3]
-        report.first_ts = ts if report.first_ts is None else min(report.first_ts, ts)
-        report.last_ts = ts if report.last_ts is None else max(report.last_ts, ts)
-        if kind == "impressions":
-            query_id, _, items, group = fields
-            for name, label in zip(settings.group_by, group, strict=True):
-                report.values[name][label] += 1
-            if report.mapped is None:
-                labels = dict(zip(settings.group_by, group, strict=True))
-                report.mapped = {"query_id": query_id, "ts": ts, "items": list(items), **labels}
-        else:
-            query_id, item, event_type, _, event_id = fields
-            report.values["type"][event_type] += 1
-            if report.mapped is None:
-                report.mapped = {"query_id": query_id, "item": item, "type": event_type, "ts": ts}
-                if event_id is not None:
-                    report.mapped["event_id"] = event_id
+        _note_accepted(report, settings.group_by, kind, fields)
     return report
+
+
+def _note_accepted(report: InputReport, group_by: tuple[str, ...], kind: str, fields: Any) -> None:
+    """An accepted record's time, labels or type, and the first one as streameval sees it."""
+    ts = fields[1] if kind == "impressions" else fields[3]
+    report.first_ts = ts if report.first_ts is None else min(report.first_ts, ts)
+    report.last_ts = ts if report.last_ts is None else max(report.last_ts, ts)
+    if kind == "impressions":
+        query_id, _, items, group = fields
+        for name, label in zip(group_by, group, strict=True):
+            report.values[name][label] += 1
+        if report.mapped is None:
+            labels = dict(zip(group_by, group, strict=True))
+            report.mapped = {"query_id": query_id, "ts": ts, "items": list(items), **labels}
+    else:
+        query_id, item, event_type, _, event_id = fields
+        report.values["type"][event_type] += 1
+        if report.mapped is None:
+            report.mapped = {"query_id": query_id, "item": item, "type": event_type, "ts": ts}
+            if event_id is not None:
+                report.mapped["event_id"] = event_id
 
 
 def _note_raw_ts(report: InputReport, raw: bytes, path: Path | None) -> None:
@@ -230,3 +236,42 @@ def format_report(reports: list[InputReport]) -> str:
     rejected = sum(sum(r.rejected.values()) for r in reports)
     lines.append(f"{rejected} records rejected: see the examples above" if rejected else "nothing rejected")
     return "\n".join(lines)
+
+
+def check_files(
+    settings: Settings, impressions: str | None, events: list[str], limit: int
+) -> list[InputReport]:
+    """The reports on the first ``limit`` records of these files (an events file's topic: its
+    name without the extension)."""
+    if settings.input.uses_kafka_timestamp:
+        raise ConfigError(
+            'input: ts = "@timestamp" takes the time of the Kafka record, which a file does not have; '
+            "check the topics instead (leave out --impressions and --events)"
+        )
+    decoder = Decoder(settings)
+    reports = []
+    if impressions is not None:
+        samples = file_samples(impressions, limit)
+        reports.append(
+            check_input(settings, "impressions", impressions, settings.impressions_topic, samples, decoder)
+        )
+    for path in events:
+        topic = pathlib.Path(path).stem
+        reports.append(check_input(settings, "events", path, topic, file_samples(path, limit), decoder))
+    return reports
+
+
+def check_topics(settings: Settings, limit: int) -> list[InputReport]:
+    """The reports on the first ``limit`` records of each input topic, from its earliest offsets."""
+    from streameval.kafka.placement import Placement
+    from streameval.kafka.sample import partition_count, topic_samples
+
+    decoder = Decoder(settings)
+    reports = []
+    inputs = [("impressions", settings.impressions_topic)]
+    inputs += [("events", topic) for topic in settings.events_topics]
+    for kind, topic in inputs:
+        samples = topic_samples(settings, topic, limit)
+        placement = Placement(max(1, partition_count(settings, topic))).partition_of
+        reports.append(check_input(settings, kind, f"topic {topic}", topic, samples, decoder, placement))
+    return reports

@@ -8,6 +8,7 @@ usage, configuration or input (the message names the problem, no traceback); 130
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
@@ -16,62 +17,14 @@ from typing import Any
 
 import orjson
 
-from streameval import __version__
-from streameval.config import Settings, format_duration, load_settings
-from streameval.errors import ConfigError, StreamevalError
+from streameval import __version__, collector
+from streameval.config import KEYS, Settings, default_text, load_settings
+from streameval.errors import StreamevalError
+from streameval.keys import DEFINITIONS, HTTP, INPUTS, KAFKA, WINDOWS
 from streameval.logsetup import configure as configure_logging
 
 log = logging.getLogger(__name__)
 
-KAFKA, INPUTS, DEFINITIONS, WINDOWS, HTTP = "Kafka", "inputs", "definitions", "windows and time", "HTTP"
-
-#: config key -> (help group, one line). Every key is also a TOML key and STREAMEVAL_<KEY>.
-FLAG_HELP: dict[str, tuple[str, str]] = {
-    "bootstrap_servers": (KAFKA, "Kafka brokers, host:port[,host:port...]"),
-    "group_id": (KAFKA, "consumer group; the state lives in the topic <group_id>-changelog"),
-    "impressions_topic": (KAFKA, "topic of impressions (ranked lists served)"),
-    "events_topics": (KAFKA, "an engagement topic (repeatable; replaces the list)"),
-    "dead_letter_topic": (KAFKA, "topic that receives rejected records, with the reason in headers"),
-    "commit_interval": (KAFKA, "time between checkpoints of state and offsets"),
-    "shutdown_timeout": (KAFKA, "longest shutdown after SIGTERM/SIGINT, final checkpoint included"),
-    "changelog_replication_factor": (KAFKA, "replication factor of a changelog topic created at start"),
-    "metrics": (DEFINITIONS, "metrics as name@k; names: map, wmap, ndcg, recall, precision, mrr"),
-    "ap_denominator": (DEFINITIONS, "AP denominator: min_g_k, g or hits"),
-    "no_relevant": (DEFINITIONS, "a query with no relevant item: skip it, or count it as zero"),
-    "grades": (DEFINITIONS, 'event type to grade, a TOML table, e.g. "{click = 1, purchase = 2}"'),
-    "min_grade": (DEFINITIONS, "grade at which an item counts as relevant"),
-    "ndcg_gain": (DEFINITIONS, "NDCG gain of a grade g: exp (2^g - 1) or linear (g)"),
-    "horizon": (DEFINITIONS, "attribution horizon: events later than this after the impression do not count"),
-    "horizons": (DEFINITIONS, 'per-type horizons, a TOML table, e.g. "{purchase = \\"24h\\"}"'),
-    "unshown_items": (DEFINITIONS, "relevant items the list did not show: count (recall-like) or ignore"),
-    "group_by": (DEFINITIONS, "impression fields that become labels, comma-separated"),
-    "max_groups": (DEFINITIONS, "label cardinality cap; later groups fold into __other__"),
-    "labels_allow": (
-        DEFINITIONS,
-        'glob patterns per label, a TOML table, e.g. "{model = [\\"control\\", \\"candidate-*\\"]}"; '
-        "other values fold into __other__",
-    ),
-    "labels_max_values": (
-        DEFINITIONS,
-        'distinct values kept per label, a TOML table, e.g. "{surface = 50}"; later ones fold into __other__',
-    ),
-    "input": (
-        INPUTS,
-        "where the fields are in records of another shape: a TOML table, usually [input.impressions] "
-        "and [input.events] in --config (README, Your logs)",
-    ),
-    "max_future": (
-        INPUTS,
-        "a record whose event time is further ahead of the clock than this is rejected (ts_out_of_range)",
-    ),
-    "windows": (WINDOWS, "sliding event-time windows, comma-separated"),
-    "allowed_lateness": (WINDOWS, "how far the watermark trails the newest event time"),
-    "orphan_ttl": (WINDOWS, "how long an event waits for its impression"),
-    "metrics_port": (HTTP, "port of /metrics, /healthz, /readyz, / and /api/summary"),
-    "metrics_host": (HTTP, "address the HTTP server binds"),
-}
-_DURATIONS = {"max_future", "horizon", "allowed_lateness", "orphan_ttl", "commit_interval"}
-_DURATIONS.add("shutdown_timeout")
 _GROUP_TITLES = {
     INPUTS: "inputs",
     KAFKA: "Kafka",
@@ -79,10 +32,12 @@ _GROUP_TITLES = {
     WINDOWS: "windows and time (README, Time, settling and windows)",
     HTTP: "HTTP",
 }
-_DEFINITION_KEYS = [k for k, (group, _) in FLAG_HELP.items() if group == DEFINITIONS]
-_WINDOW_KEYS = [k for k, (group, _) in FLAG_HELP.items() if group == WINDOWS]
-_HTTP_KEYS = ["metrics_port", "metrics_host"]
-_INPUT_KEYS = ["input", "max_future"]
+
+
+def _keys_of(*groups: str) -> list[str]:
+    """The configuration keys of these help groups, in the README's order."""
+    return [k for k, description in KEYS.items() if description.group in groups and description.flag]
+
 
 #: What `demo` changes so that queries settle within seconds on its compressed clock.
 DEMO_DEFAULTS: dict[str, Any] = {
@@ -91,26 +46,6 @@ DEMO_DEFAULTS: dict[str, Any] = {
     "orphan_ttl": "3m",
     "windows": ["10m", "1h"],
 }
-
-
-def _default_text(key: str, overrides: Mapping[str, Any]) -> str:
-    if key in overrides:
-        value = overrides[key]
-        return ",".join(value) if isinstance(value, list) else str(value)
-    value = getattr(Settings(), key)
-    if key in _DURATIONS:
-        return format_duration(value)
-    if key == "windows":
-        return ",".join(w.name for w in value)
-    if key == "grades":
-        return "{" + ", ".join(f"{k} = {v:g}" for k, v in value.items()) + "}"
-    if key in ("horizons", "labels_allow", "labels_max_values"):
-        return "none"
-    if key == "input":
-        return "the fields of README, Inputs"
-    if isinstance(value, tuple):
-        return ",".join(str(v) for v in value)
-    return str(value)
 
 
 def _groups(parser: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGroup]:
@@ -123,10 +58,9 @@ def _add_config_flags(
     overrides: Mapping[str, Any] | None = None,
 ) -> None:
     """A flag for each config key in ``keys``, with its line and default, in its group."""
-    overrides = overrides or {}
     for key in keys:
-        group_name, text = FLAG_HELP[key]
-        default = _default_text(key, overrides)
+        group_name, text = KEYS[key].group, KEYS[key].help
+        default = default_text(key, overrides)
         if key == "events_topics":
             groups[group_name].add_argument(
                 "--events-topic",
@@ -227,7 +161,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="stop after this much simulated time, e.g. 2h (default: run until stopped)",
     )
-    _add_config_flags(groups, _DEFINITION_KEYS + _WINDOW_KEYS + _HTTP_KEYS, DEMO_DEFAULTS)
+    _add_config_flags(groups, _keys_of(DEFINITIONS, WINDOWS, HTTP), DEMO_DEFAULTS)
 
     replay = commands.add_parser(
         "replay",
@@ -261,7 +195,7 @@ def _parser() -> argparse.ArgumentParser:
         "a share of the queries; the report is the same with any N (default: the usable CPUs, at "
         "most 4, for 4 MiB of input or more; else 1)",
     )
-    _add_config_flags(groups, _INPUT_KEYS + _DEFINITION_KEYS)
+    _add_config_flags(groups, _keys_of(INPUTS, DEFINITIONS))
 
     _add_check(commands)
 
@@ -274,11 +208,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_common(run)
     groups = _groups(run)
-    _add_config_flags(groups, [k for k in FLAG_HELP if FLAG_HELP[k][0] == KAFKA], {})
+    _add_config_flags(groups, _keys_of(KAFKA))
     groups[
         KAFKA
     ].description = "[kafka] table in --config: settings passed to the Kafka clients (security, ...)"
-    _add_config_flags(groups, _INPUT_KEYS + _DEFINITION_KEYS + _WINDOW_KEYS + _HTTP_KEYS)
+    _add_config_flags(groups, _keys_of(INPUTS, DEFINITIONS, WINDOWS, HTTP))
 
     simulate = commands.add_parser(
         "simulate",
@@ -357,45 +291,18 @@ def _add_check(commands: Any) -> None:
     groups[INPUTS].add_argument(
         "--format", choices=("text", "json"), default="text", help="output format (default: text)"
     )
-    _add_config_flags(groups, _INPUT_KEYS + ["bootstrap_servers", "impressions_topic", "events_topics"])
+    _add_config_flags(groups, _keys_of(INPUTS) + ["bootstrap_servers", "impressions_topic", "events_topics"])
     _add_config_flags(groups, ["grades", "group_by", "labels_allow", "labels_max_values"])
 
 
 def _check(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from streameval.check import check_input, file_samples, format_report
-    from streameval.decoding import Decoder
+    from streameval.check import check_files, check_topics, format_report
 
     settings = _settings(args)
-    decoder = Decoder(settings)
-    reports = []
-    from_files = args.impressions is not None or args.events is not None
-    if from_files:
-        if settings.input.uses_kafka_timestamp:
-            raise ConfigError(
-                'input: ts = "@timestamp" takes the time of the Kafka record, which a file does not have; '
-                "check the topics instead (leave out --impressions and --events)"
-            )
-        if args.impressions is not None:
-            samples = file_samples(args.impressions, args.limit)
-            topic = settings.impressions_topic
-            reports.append(check_input(settings, "impressions", args.impressions, topic, samples, decoder))
-        for path in args.events or []:
-            topic = Path(path).stem
-            samples = file_samples(path, args.limit)
-            reports.append(check_input(settings, "events", path, topic, samples, decoder))
+    if args.impressions is not None or args.events is not None:
+        reports = check_files(settings, args.impressions, args.events or [], args.limit)
     else:
-        from streameval.kafka.placement import Placement
-        from streameval.kafka.sample import partition_count, topic_samples
-
-        inputs = [("impressions", settings.impressions_topic)]
-        inputs += [("events", topic) for topic in settings.events_topics]
-        for kind, topic in inputs:
-            samples = topic_samples(settings, topic, args.limit)
-            placement = Placement(max(1, partition_count(settings, topic))).partition_of
-            source = f"topic {topic}"
-            reports.append(check_input(settings, kind, source, topic, samples, decoder, placement))
+        reports = check_topics(settings, args.limit)
     if args.format == "json":
         text = orjson.dumps([r.as_dict() for r in reports], option=orjson.OPT_INDENT_2).decode()
         sys.stdout.write(text + "\n")
@@ -421,12 +328,13 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from streameval.replay import build_report, format_table, run_replay
+    from streameval.replay import build_report, format_table, replay
 
     settings = _settings(args)
-    # the program exits after the report: its records are left for the end of the process
-    keep = _LEFT_TO_EXIT if args.program else None
-    pipeline = run_replay(settings, args.impressions, args.events, keep=keep, workers=args.workers)
+    pipeline, held = replay(settings, args.impressions, args.events, workers=args.workers)
+    if args.program:  # the program exits after the report
+        collector.keep_until_exit(held)
+    del held
     report = build_report(pipeline)
     if args.format == "json":
         sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -435,23 +343,31 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _simulation(args: argparse.Namespace) -> Any:
+    """The simulation's own flags, as the commands take them."""
+    from streameval.simulate_io import SimulationOptions
+
+    given = {
+        f.name: getattr(args, f.name) for f in dataclasses.fields(SimulationOptions) if hasattr(args, f.name)
+    }
+    if given.get("regress") is not None:
+        given["regress"] = tuple(given["regress"])
+    return SimulationOptions(**given)
+
+
 def _simulate(args: argparse.Namespace) -> int:
     from streameval.simulate_io import simulate
 
-    return simulate(_settings(args), args)
+    return simulate(_settings(args), _simulation(args))
 
 
 def _demo(args: argparse.Namespace) -> int:
     from streameval.demo import demo
 
-    return demo(_settings(args, DEMO_DEFAULTS), args)
+    return demo(_settings(args, DEMO_DEFAULTS), _simulation(args))
 
 
 COMMANDS = {"replay": _replay, "check": _check, "run": _run, "simulate": _simulate, "demo": _demo}
-
-
-#: what a command leaves for the end of the process to reclaim (replay's records)
-_LEFT_TO_EXIT: list[object] = []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -461,9 +377,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.verbose)
     try:
         code = COMMANDS[args.command](args)
-        if args.program and _LEFT_TO_EXIT:
+        if args.program and collector.kept_for_exit():
             # the program ends here: skip freeing, one by one, the millions of objects a replay
-            # leaves (5-10% of its run), as the end of the process reclaims them at once
+            # leaves, as the end of the process reclaims them at once
             sys.stdout.flush()
             sys.stderr.flush()
             logging.shutdown()

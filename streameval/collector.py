@@ -1,14 +1,21 @@
-"""When the daemon runs CPython's cycle collector over everything it holds.
+"""When CPython's cycle collector runs over what streameval holds: the one place of that policy.
 
-The daemon's state is millions of long-lived objects (open queries, their scores, dedup keys,
-tombstones). By default CPython scans all of them again each time the objects that survived two
-collections grow by a quarter: on a backlog, where the state only grows, that was a fifth of the
-daemon's time (2.5 of 11.8 s on a 243k-record backlog, 16 full collections). Almost none of
-the state is garbage: it is freed by reference counting the moment a query settles or a key is
-forgotten, which the collector's settings do not touch. So the daemon turns the automatic full
-collections off and runs one itself every ``FULL_COLLECTION_INTERVAL_S``: a reference cycle
-that becomes garbage among old objects (the Kafka client's futures and callbacks make some) is
-reclaimed at most that late. The young generations are collected as usual.
+The state is millions of long-lived objects (open queries, their scores, dedup keys,
+tombstones), and almost none of it is garbage: it is freed by reference counting the moment a
+query settles or a key is forgotten, which the collector's settings do not touch. By default
+CPython scans all of it again each time the objects that survived two collections grow by a
+quarter, which on a growing state is a large share of the run (figures: ``benchmarks/README.md``,
+"Figure 2 (daemon)"). So:
+
+- the daemon turns the automatic full collections off and runs one itself every
+  ``FULL_COLLECTION_INTERVAL_S`` (:class:`FullCollections`): a reference cycle that becomes
+  garbage among old objects (the Kafka client's futures and callbacks make some) is reclaimed at
+  most that late; the young generations are collected as usual;
+- a partition's dropped state, which is held in reference cycles (its pipeline and join point
+  at each other), is reclaimed at once (:func:`reclaim_now`);
+- ``replay``, which holds everything until the end and makes no cycles, runs with the collector
+  off (:func:`paused`), and a command about to exit leaves what it built to the end of the
+  process (:func:`keep_until_exit`).
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from __future__ import annotations
 import gc
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 log = logging.getLogger(__name__)
 
@@ -47,3 +56,36 @@ class FullCollections:
         took = time.monotonic() - now
         self._due = time.monotonic() + self.interval
         log.debug("full garbage collection: %d unreachable objects, %.3f s", found, took)
+
+
+def reclaim_now() -> None:
+    """A full collection now (state just dropped, held in reference cycles)."""
+    gc.collect()
+
+
+@contextmanager
+def paused() -> Iterator[None]:
+    """The cyclic collector off for the block, as it was after."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+#: what a command leaves for the end of the process to reclaim
+_LEFT_TO_EXIT: list[object] = []
+
+
+def keep_until_exit(held: object) -> None:
+    """Hold ``held`` until the process exits (which reclaims it at once, where freeing millions
+    of objects one by one is work); the collector need never scan it again."""
+    _LEFT_TO_EXIT.append(held)
+    gc.freeze()
+
+
+def kept_for_exit() -> bool:
+    """Whether something is held for the exit (then the program ends with ``os._exit``)."""
+    return bool(_LEFT_TO_EXIT)

@@ -4,21 +4,40 @@ Precedence, highest first: command-line flags (``--key-with-dashes``), environme
 (``STREAMEVAL_<KEY>``; the ``[kafka]`` table from ``STREAMEVAL_KAFKA_<KEY>``), the TOML file
 (``--config``), the defaults below. This module is the only reader of files, environment and
 flags for configuration. Every problem raises :class:`ConfigError` naming the key.
+
+Each key is described once, as a field of :class:`Settings` with its :class:`Key` (help group,
+one line of help, validator): the flags and their ``--help``, the environment and the README's
+Configuration table (:func:`markdown_table`, held to the README by a test) all come from it
+(:mod:`streameval.keys`); the validators are in :mod:`streameval.validate`.
 """
 
 from __future__ import annotations
 
-import math
-import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
+from streameval import keys, validate
 from streameval.errors import ConfigError
+from streameval.keys import DEFINITIONS, HTTP, INPUTS, KAFKA, WINDOWS, Key
+from streameval.keys import duration_key as _duration
+from streameval.keys import key as _key
 from streameval.mapping import InputMapping
-from streameval.scoring.spec import MetricSpec
+from streameval.scoring.spec import METRIC_NAMES, MetricSpec
+from streameval.validate import RESERVED_LABELS, Window, format_duration, parse_duration
+
+__all__ = [
+    "KEYS",
+    "RESERVED_LABELS",
+    "Key",
+    "Settings",
+    "Window",
+    "format_duration",
+    "load_settings",
+    "parse_duration",
+]
 
 ENV_PREFIX = "STREAMEVAL_"
 KAFKA_ENV_PREFIX = "STREAMEVAL_KAFKA_"
@@ -26,98 +45,197 @@ KAFKA_ENV_PREFIX = "STREAMEVAL_KAFKA_"
 SECRET_KAFKA_KEYS = frozenset(
     {"sasl_plain_password", "ssl_password", "sasl_oauth_token_provider", "ssl_keyfile_password"}
 )
-#: Label names streameval uses itself; a group field may not take one of them.
-RESERVED_LABELS = frozenset({"k", "window", "metric", "topic", "reason", "partition", "le"})
-
-_DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d|w)\s*$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-
-
-def parse_duration(value: Any) -> float:
-    """``"500ms"``, ``"10s"``, ``"5m"``, ``"1h"``, ``"7d"``, ``"1w"`` (or a number of seconds)."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str):
-        match = _DURATION_RE.match(value)
-        if match is None:
-            raise ValueError(f"{value!r} is not a duration such as 500ms, 10s, 5m, 1h or 7d")
-        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-    else:
-        raise ValueError(f"{value!r} is not a duration")
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ValueError(f"{value!r} is not a non-negative duration")
-    return seconds
-
-
-def format_duration(seconds: float) -> str:
-    """The shortest exact spelling of a duration, for labels: 300 -> ``"5m"``."""
-    for unit in ("w", "d", "h", "m", "s"):
-        size = _DURATION_UNITS[unit]
-        if seconds >= size and (seconds / size).is_integer():
-            return f"{int(seconds / size)}{unit}"
-    return f"{seconds * 1000:g}ms"
-
-
-@dataclass(frozen=True)
-class Window:
-    """A sliding window: its label (``"1h"``) and its length in seconds."""
-
-    name: str
-    seconds: float
 
 
 @dataclass(frozen=True)
 class Settings:
     """Every configuration key (README, section Configuration), validated. Durations are float seconds."""
 
-    bootstrap_servers: str = "localhost:9092"
-    group_id: str = "streameval"
-    impressions_topic: str = "impressions"
-    events_topics: tuple[str, ...] = ("clicks", "purchases")
-    #: topic -> event type given to records of that topic that carry no ``type``.
+    bootstrap_servers: str = _key(
+        "localhost:9092", Key(KAFKA, "Kafka brokers, host:port[,host:port...]", validate.string, string=True)
+    )
+    group_id: str = _key(
+        "streameval",
+        Key(
+            KAFKA,
+            "consumer group; the state lives in the topic <group_id>-changelog",
+            validate.string,
+            string=True,
+        ),
+    )
+    impressions_topic: str = _key(
+        "impressions", Key(KAFKA, "topic of impressions (ranked lists served)", validate.string, string=True)
+    )
+    events_topics: tuple[str, ...] = _key(
+        ("clicks", "purchases"),
+        Key(
+            KAFKA,
+            'engagement topics; a table {clicks = "click"} also gives each topic the type of its records '
+            "that carry none (flag: --events-topic, repeatable; it replaces the list)",
+            validate.events_topics,
+        ),
+    )
+    #: topic -> event type given to records of that topic that carry no ``type`` (from events_topics)
     topic_types: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
-    dead_letter_topic: str = "streameval.dlq"
-    metrics_port: int = 9464
-    metrics_host: str = "0.0.0.0"
-    kafka: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
-    metrics: tuple[MetricSpec, ...] = (
-        MetricSpec("map", 10),
-        MetricSpec("ndcg", 10),
-        MetricSpec("recall", 10),
-        MetricSpec("mrr", 10),
+    dead_letter_topic: str = _key(
+        "streameval.dlq",
+        Key(
+            KAFKA,
+            "topic that receives rejected records, with the reason in headers",
+            validate.string,
+            string=True,
+        ),
     )
-    ap_denominator: str = "min_g_k"
-    no_relevant: str = "skip"
-    grades: Mapping[str, float] = field(
-        default_factory=lambda: MappingProxyType({"click": 1.0, "purchase": 2.0})
+    metrics_port: int = _key(
+        9464, Key(HTTP, "port of /metrics, /healthz, /readyz, / and /api/summary", validate.int_in(0, 65535))
     )
-    min_grade: float = 1.0
-    ndcg_gain: str = "exp"
-    horizon: float = 1800.0
-    horizons: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
-    unshown_items: str = "count"
-    group_by: tuple[str, ...] = ("model", "surface")
-    max_groups: int = 1000
-    #: group_by label -> glob patterns its values must match (others fold into __other__)
-    labels_allow: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
-    #: group_by label -> how many distinct values it keeps (later ones fold into __other__)
-    labels_max_values: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
-    #: where the fields of records in another shape are (README, Your logs)
-    input: InputMapping = field(default_factory=InputMapping)
-    max_future: float = 300.0
-    windows: tuple[Window, ...] = (
-        Window("5m", 300.0),
-        Window("1h", 3600.0),
-        Window("24h", 86400.0),
+    metrics_host: str = _key(
+        "0.0.0.0", Key(HTTP, "address the HTTP server binds", validate.string, string=True)
     )
-    allowed_lateness: float = 10.0
-    orphan_ttl: float = 300.0
-    commit_interval: float = 5.0
-    shutdown_timeout: float = 20.0
-    changelog_replication_factor: int = 1
+    kafka: Mapping[str, Any] = _key(
+        {},
+        Key(
+            KAFKA,
+            "passed to the Kafka clients (security_protocol, sasl_mechanism, sasl_plain_username, "
+            "sasl_plain_password, ssl_cafile, ...); STREAMEVAL_KAFKA_<KEY> for secrets; never logged",
+            validate.kafka_table,
+            shown="empty",
+            title="[kafka]",
+            flag=False,
+        ),
+    )
+    metrics: tuple[MetricSpec, ...] = _key(
+        (MetricSpec("map", 10), MetricSpec("ndcg", 10), MetricSpec("recall", 10), MetricSpec("mrr", 10)),
+        Key(
+            DEFINITIONS, f"metrics as name@k; names: {', '.join(METRIC_NAMES)}", validate.metrics
+        ),
+    )
+    ap_denominator: str = _key(
+        "min_g_k",
+        Key(DEFINITIONS, "AP denominator: min_g_k, g or hits", validate.choice("min_g_k", "g", "hits")),
+    )
+    no_relevant: str = _key(
+        "skip",
+        Key(
+            DEFINITIONS,
+            "a query with no relevant item: skip it, or count it as zero",
+            validate.choice("skip", "zero"),
+        ),
+    )
+    grades: Mapping[str, float] = _key(
+        {"click": 1.0, "purchase": 2.0},
+        Key(DEFINITIONS, "event type to grade (>= 0), a TOML table", validate.grades),
+    )
+    min_grade: float = _key(
+        1.0,
+        Key(
+            DEFINITIONS,
+            "grade at which an item counts as relevant (> 0, and some type must reach it)",
+            validate.number,
+        ),
+    )
+    ndcg_gain: str = _key(
+        "exp",
+        Key(
+            DEFINITIONS,
+            "NDCG gain of a grade g: exp (2^g - 1) or linear (g)",
+            validate.choice("exp", "linear"),
+        ),
+    )
+    horizon: float = _key(
+        1800.0,
+        _duration(
+            DEFINITIONS, "attribution horizon: events later than this after the impression do not count"
+        ),
+    )
+    horizons: Mapping[str, float] = _key(
+        {},
+        Key(
+            DEFINITIONS, 'per-type horizons, a TOML table, e.g. {purchase = "24h"}', validate.durations_table
+        ),
+    )
+    unshown_items: str = _key(
+        "count",
+        Key(
+            DEFINITIONS,
+            "relevant items the list did not show: count (recall-like) or ignore",
+            validate.choice("count", "ignore"),
+        ),
+    )
+    group_by: tuple[str, ...] = _key(
+        ("model", "surface"), Key(DEFINITIONS, "impression fields that become labels", validate.group_by)
+    )
+    max_groups: int = _key(
+        1000,
+        Key(
+            DEFINITIONS,
+            "label cardinality cap; later groups fold into __other__",
+            validate.int_in(1, 1_000_000),
+        ),
+    )
+    labels_allow: Mapping[str, tuple[str, ...]] = _key(
+        {},
+        Key(
+            DEFINITIONS,
+            'glob patterns per label, a TOML table, e.g. {model = ["control", "candidate-*"]}; other values '
+            "fold into __other__ (README, Your logs)",
+            validate.table,
+        ),
+    )
+    labels_max_values: Mapping[str, int] = _key(
+        {},
+        Key(
+            DEFINITIONS,
+            "distinct values kept per label, a TOML table, e.g. {surface = 50}; later ones fold into "
+            "__other__",
+            validate.table,
+        ),
+    )
+    input: InputMapping = _key(
+        InputMapping,
+        Key(
+            INPUTS,
+            "where the fields are in records of another shape: a TOML table, usually [input.impressions] "
+            "and [input.events] in --config (README, Your logs)",
+            validate.table,
+            shown="none",
+            title="[input.impressions], [input.events]",
+        ),
+    )
+    max_future: float = _key(
+        300.0,
+        _duration(
+            INPUTS,
+            "a record whose event time is further ahead of the clock than this is rejected (ts_out_of_range)",
+        ),
+    )
+    windows: tuple[Window, ...] = _key(
+        (Window("5m", 300.0), Window("1h", 3600.0), Window("24h", 86400.0)),
+        Key(WINDOWS, "sliding event-time windows", validate.windows),
+    )
+    allowed_lateness: float = _key(
+        10.0, _duration(WINDOWS, "how far the watermark trails the newest event time")
+    )
+    orphan_ttl: float = _key(300.0, _duration(WINDOWS, "how long an event waits for its impression"))
+    commit_interval: float = _key(
+        5.0,
+        _duration(
+            KAFKA,
+            "time between checkpoints of state and offsets; the transactions' timeout follows from it "
+            "(README, Guarantees), so at most 7m20s on a broker with the default transaction.max.timeout.ms",
+        ),
+    )
+    shutdown_timeout: float = _key(
+        20.0, _duration(KAFKA, "longest shutdown after SIGTERM/SIGINT, final checkpoint included")
+    )
+    changelog_replication_factor: int = _key(
+        1,
+        Key(
+            KAFKA,
+            "replication factor of a changelog topic the daemon creates (use 3 on a real cluster)",
+            validate.int_in(1, 32767),
+        ),
+    )
 
     @property
     def changelog_topic(self) -> str:
@@ -138,246 +256,19 @@ class Settings:
         return {k: ("***" if k in SECRET_KAFKA_KEYS else v) for k, v in self.kafka.items()}
 
 
-# --- validators: raw value (from TOML, env or a flag) -> typed value, or ValueError -------------
+#: Every configuration key and its description, in the order of the README table.
+KEYS: dict[str, Key] = {f.name: f.metadata["key"] for f in fields(Settings) if "key" in f.metadata}
 
 
-def _string(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        raise ValueError(f"{value!r} is not a string")
-    text = str(value)
-    if not text.strip():
-        raise ValueError("must not be empty")
-    return text
+def default_text(key: str, overrides: Mapping[str, Any] | None = None) -> str:
+    """A key's default as --help and the README show it."""
+    return keys.default_text(KEYS[key], getattr(Settings(), key), (overrides or {}).get(key))
 
 
-def _split_list(value: Any) -> list[Any]:
-    if isinstance(value, str):
-        return [part.strip() for part in value.split(",") if part.strip()]
-    if isinstance(value, list | tuple):
-        return list(value)
-    raise ValueError(f"{value!r} is not a list")
-
-
-def _choice(*options: str) -> Callable[[Any], str]:
-    def check(value: Any) -> str:
-        if value not in options:
-            raise ValueError(f"{value!r} is not one of {', '.join(repr(o) for o in options)}")
-        return str(value)
-
-    return check
-
-
-def _int_in(low: int, high: int) -> Callable[[Any], int]:
-    def check(value: Any) -> int:
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            value = int(value)
-        if isinstance(value, float) and value.is_integer():  # 3.0, as generated TOML writes 3
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{value!r} is not a whole number")
-        if not low <= value <= high:
-            raise ValueError(f"{value} is not between {low} and {high}")
-        return value
-
-    return check
-
-
-def _number(value: Any) -> float:
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            raise ValueError(f"{value!r} is not a number") from None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{value!r} is not a number")
-    if value < 0:
-        raise ValueError(f"{value} is negative")
-    return float(value)
-
-
-def _metrics(value: Any) -> tuple[MetricSpec, ...]:
-    specs = [MetricSpec.parse(_string(v)) for v in _split_list(value)]
-    if not specs:
-        raise ValueError('needs at least one metric, e.g. ["map@10"]')
-    if len(set(specs)) != len(specs):
-        raise ValueError("lists a metric twice")
-    return tuple(specs)
-
-
-def _grades(value: Any) -> Mapping[str, float]:
-    if not isinstance(value, Mapping) or not value:
-        raise ValueError("must be a table of event type to grade, e.g. {click = 1, purchase = 2}")
-    return MappingProxyType({_string(k): _number(v) for k, v in value.items()})
-
-
-def _durations_table(value: Any) -> Mapping[str, float]:
-    if not isinstance(value, Mapping):
-        raise ValueError('must be a table of event type to duration, e.g. {purchase = "24h"}')
-    return MappingProxyType({_string(k): parse_duration(v) for k, v in value.items()})
-
-
-def _group_by(value: Any) -> tuple[str, ...]:
-    names = tuple(_string(v) for v in _split_list(value))
-    for name in names:
-        if not _LABEL_RE.match(name) or name.startswith("__"):
-            raise ValueError(f"{name!r} is not a valid Prometheus label name")
-        if name in RESERVED_LABELS:
-            raise ValueError(f"{name!r} is a label streameval uses itself")
-    if len(set(names)) != len(names):
-        raise ValueError("lists a field twice")
-    return names
-
-
-def _windows(value: Any) -> tuple[Window, ...]:
-    windows = []
-    for item in _split_list(value):
-        seconds = parse_duration(item)
-        if seconds <= 0:
-            raise ValueError(f"window {item!r} must be longer than zero")
-        name = item.strip() if isinstance(item, str) else format_duration(seconds)
-        windows.append(Window(name, seconds))
-    if not windows:
-        raise ValueError('needs at least one window, e.g. ["1h"]')
-    if len({w.seconds for w in windows}) != len(windows):
-        raise ValueError("lists a window twice")
-    return tuple(windows)
-
-
-def _events_topics(value: Any) -> tuple[tuple[str, ...], Mapping[str, str]]:
-    if isinstance(value, Mapping):
-        types = {_string(k): _string(v) for k, v in value.items()}
-        topics = tuple(types)
-    else:
-        topics = tuple(_string(v) for v in _split_list(value))
-        types = {}
-    if not topics:
-        raise ValueError("needs at least one topic")
-    if len(set(topics)) != len(topics):
-        raise ValueError("lists a topic twice")
-    return topics, MappingProxyType(types)
-
-
-def _table(value: Any) -> Mapping[str, Any]:
-    """A table checked later, against other keys (see :func:`_dependent`)."""
-    if not isinstance(value, Mapping):
-        raise ValueError("must be a table, e.g. { model = ... }")
-    return value
-
-
-def _labels_allow(value: Mapping[str, Any], group_by: tuple[str, ...]) -> Mapping[str, tuple[str, ...]]:
-    out = {}
-    for label, patterns in value.items():
-        if label not in group_by:
-            raise ValueError(f"{label!r} is not a group_by label ({', '.join(group_by)})")
-        if isinstance(patterns, str):
-            patterns = [patterns]
-        if not isinstance(patterns, list) or not patterns or not all(isinstance(p, str) for p in patterns):
-            raise ValueError(f'{label}: must be a list of glob patterns, e.g. ["control", "candidate-*"]')
-        out[label] = tuple(patterns)
-    return MappingProxyType(out)
-
-
-def _labels_max_values(value: Mapping[str, Any], group_by: tuple[str, ...]) -> Mapping[str, int]:
-    out = {}
-    for label, cap in value.items():
-        if label not in group_by:
-            raise ValueError(f"{label!r} is not a group_by label ({', '.join(group_by)})")
-        try:
-            out[label] = _int_in(1, 1_000_000)(cap)
-        except ValueError as exc:
-            raise ValueError(f"{label}: {exc}") from None
-    return MappingProxyType(out)
-
-
-def _kafka_table(value: Any) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ValueError('must be a table, e.g. [kafka] security_protocol = "SASL_SSL"')
-    for key in value:
-        if not isinstance(key, str) or not _LABEL_RE.match(key):
-            raise ValueError(f"{key!r} is not a kafka-python setting name")
-    return MappingProxyType(dict(value))
-
-
-_VALIDATORS: dict[str, Callable[[Any], Any]] = {
-    "bootstrap_servers": _string,
-    "group_id": _string,
-    "impressions_topic": _string,
-    "events_topics": _events_topics,
-    "dead_letter_topic": _string,
-    "metrics_port": _int_in(0, 65535),
-    "metrics_host": _string,
-    "kafka": _kafka_table,
-    "metrics": _metrics,
-    "ap_denominator": _choice("min_g_k", "g", "hits"),
-    "no_relevant": _choice("skip", "zero"),
-    "grades": _grades,
-    "min_grade": _number,
-    "ndcg_gain": _choice("exp", "linear"),
-    "horizon": parse_duration,
-    "horizons": _durations_table,
-    "unshown_items": _choice("count", "ignore"),
-    "group_by": _group_by,
-    "max_groups": _int_in(1, 1_000_000),
-    "labels_allow": _table,
-    "labels_max_values": _table,
-    "input": _table,
-    "max_future": parse_duration,
-    "windows": _windows,
-    "allowed_lateness": parse_duration,
-    "orphan_ttl": parse_duration,
-    "commit_interval": parse_duration,
-    "shutdown_timeout": parse_duration,
-    "changelog_replication_factor": _int_in(1, 32767),
-}
-#: Every configuration key, in the order of the README table.
-KEYS = tuple(_VALIDATORS)
-#: Keys whose values stay raw strings when they come from the environment or a flag.
-_STRING_KEYS = frozenset(
-    {"bootstrap_servers", "group_id", "impressions_topic", "dead_letter_topic", "metrics_host"}
-)
-
-
-def _parse_text(key: str, text: str) -> Any:
-    """An env or flag value: a TOML value (``9464``, ``["5m", "1h"]``, ``{click = 1}``) or a string."""
-    if key in _STRING_KEYS:
-        return text
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
-
-
-#: Words of [kafka] setting names whose values are always strings (never parsed as numbers).
-_KAFKA_STRING_WORDS = frozenset(
-    {
-        "password",
-        "username",
-        "secret",
-        "token",
-        "file",
-        "cafile",
-        "certfile",
-        "keyfile",
-        "crlfile",
-        "location",
-        "mechanism",
-        "protocol",
-        "name",
-        "id",
-        "servers",
-        "type",
-        "algorithm",
-    }
-)
-
-
-def _parse_kafka_text(key: str, text: str) -> Any:
-    """A ``STREAMEVAL_KAFKA_<KEY>`` value: a string for names, secrets and paths (a password of
-    digits stays a string), else a TOML value (``10000``, ``true``). Whole words of the name
-    count: ``client_id`` is a string, ``enable_idempotence`` a boolean."""
-    if _KAFKA_STRING_WORDS.intersection(key.split("_")):
-        return text
-    return _parse_text("kafka", text)
+def markdown_table() -> str:
+    """The README's Configuration table."""
+    defaults = Settings()
+    return keys.markdown_table({k: (d, getattr(defaults, k)) for k, d in KEYS.items()})
 
 
 def read_toml(path: str) -> dict[str, Any]:
@@ -417,16 +308,16 @@ def load_settings(
     for name, text in sorted((env or {}).items()):
         if name.startswith(KAFKA_ENV_PREFIX):
             kafka_key = name[len(KAFKA_ENV_PREFIX) :].lower()
-            kafka[kafka_key] = _parse_kafka_text(kafka_key, text)
+            kafka[kafka_key] = keys.parse_kafka_text(kafka_key, text)
             raw["kafka"] = kafka
             sources.setdefault("kafka", f"environment variable {name}")
         elif name.startswith(ENV_PREFIX):
             key = name[len(ENV_PREFIX) :].lower()
-            raw[key] = _parse_text(key, text)
+            raw[key] = keys.parse_text(KEYS.get(key), text)
             sources[key] = f"environment variable {name}"
     for key, value in (flags or {}).items():
         if isinstance(value, str):
-            value = _parse_text(key, value)
+            value = keys.parse_text(KEYS.get(key), value)
         raw[key] = value
         sources[key] = f"flag --{key.replace('_', '-')}"
     if kafka:
@@ -437,12 +328,12 @@ def load_settings(
 def _build(raw: Mapping[str, Any], sources: Mapping[str, str]) -> Settings:
     values: dict[str, Any] = {}
     for key, value in raw.items():
-        validator = _VALIDATORS.get(key)
+        description = KEYS.get(key)
         where = sources.get(key, f"key {key!r}")
-        if validator is None:
+        if description is None:
             raise ConfigError(f"{where}: unknown configuration key {key!r}; known keys: {', '.join(KEYS)}")
         try:
-            checked = validator(value)
+            checked = description.parse(value)
         except ValueError as exc:
             raise ConfigError(f"{where}: bad value for {key!r}: {exc}") from None
         if key == "events_topics":
@@ -451,14 +342,14 @@ def _build(raw: Mapping[str, Any], sources: Mapping[str, str]) -> Settings:
             values[key] = checked
     _dependent(values, sources)
     settings = Settings(**values)
-    _check_combination(settings)
+    validate.check_combination(settings)
     return settings
 
 
 #: keys whose values are checked against other keys' (group_by, grades), once those are known
 _DEPENDENT: dict[str, Callable[[Any, tuple[str, ...], Mapping[str, float]], Any]] = {
-    "labels_allow": lambda v, group_by, grades: _labels_allow(v, group_by),
-    "labels_max_values": lambda v, group_by, grades: _labels_max_values(v, group_by),
+    "labels_allow": lambda v, group_by, grades: validate.labels_allow(v, group_by),
+    "labels_max_values": lambda v, group_by, grades: validate.labels_max_values(v, group_by),
     "input": InputMapping.parse,
 }
 
@@ -475,33 +366,3 @@ def _dependent(values: dict[str, Any], sources: Mapping[str, str]) -> None:
                 named = str(exc).startswith(f"{key}.")  # the message names the key inside the table
                 message = f"{where}: {exc}" if named else f"{where}: bad value for {key!r}: {exc}"
                 raise ConfigError(message) from None
-
-
-def _check_combination(s: Settings) -> None:
-    for event_type in s.horizons:
-        if event_type not in s.grades:
-            raise ConfigError(f"horizons: event type {event_type!r} has no grade in 'grades'")
-    for topic, event_type in s.topic_types.items():
-        if event_type not in s.grades:
-            raise ConfigError(
-                f"events_topics: topic {topic!r} maps to type {event_type!r}, which has no grade in 'grades'"
-            )
-    if not any(grade >= s.min_grade for grade in s.grades.values()):
-        raise ConfigError(
-            f"min_grade: {s.min_grade:g} is above every grade in 'grades', so nothing could be relevant"
-        )
-    if s.min_grade <= 0:
-        raise ConfigError("min_grade: must be above 0 (an item with no engagement has grade 0)")
-    topics = [s.impressions_topic, *s.events_topics]
-    if len(set(topics)) != len(topics):
-        raise ConfigError("impressions_topic: must differ from every topic in 'events_topics'")
-    if s.dead_letter_topic in topics:
-        raise ConfigError("dead_letter_topic: must differ from the input topics")
-    if s.changelog_topic in (*topics, s.dead_letter_topic):
-        raise ConfigError(
-            f"group_id: its changelog topic {s.changelog_topic!r} is also an input or dead-letter topic"
-        )
-    if s.commit_interval < 0.1:
-        raise ConfigError("commit_interval: must be at least 100ms")
-    if s.shutdown_timeout < 1:
-        raise ConfigError("shutdown_timeout: must be at least 1s")

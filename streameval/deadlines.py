@@ -1,9 +1,8 @@
 """Deadlines: items that fall due once the watermark passes their time, in (time, arrival) order.
 
 The join keeps four kinds (queries to settle, orphans, tombstones and dedup keys to forget).
-One binary heap of every pending item costs about log2(n) tuple comparisons a push and a pop:
-20 levels with a million open queries, and it was a third of what a record costs more with a
-million open queries than with a thousand. Here items are bucketed by whole seconds: a small
+One binary heap of every pending item costs about log2(n) tuple comparisons a push and a pop,
+so a record would cost more the larger the state. Here items are bucketed by whole seconds: a small
 heap per second, and a heap of the seconds that hold items. With many items a second (a large
 state) an operation sorts within one second's items; with few, the heap of seconds is small.
 Items come out in the order one heap would give: by time, then by arrival.

@@ -7,9 +7,7 @@ HTTP app as ``run`` serves the result. Signals only set a flag; the loop stops a
 
 from __future__ import annotations
 
-import argparse
 import logging
-import signal
 import sys
 import time
 from dataclasses import replace
@@ -18,11 +16,11 @@ from streameval.config import Settings
 from streameval.errors import InputError
 from streameval.exporter import registry
 from streameval.history import History
-from streameval.http import Health, HttpServer, make_app
+from streameval.http import Health, make_app, serve
 from streameval.pipeline import Pipeline
-from streameval.signals import Stop
+from streameval.signals import stop_on_signals
 from streameval.simulate import Record, topic_of
-from streameval.simulate_io import duration_flag, simulator_from
+from streameval.simulate_io import SimulationOptions, duration_flag, simulator_from
 from streameval.view import View, empty_view, merge_snapshots
 
 log = logging.getLogger(__name__)
@@ -32,7 +30,7 @@ ROUND_S = 0.1  # wall seconds per round
 PUBLISH_S = 0.5  # wall seconds between published views
 
 
-def demo(settings: Settings, args: argparse.Namespace) -> int:
+def demo(settings: Settings, args: SimulationOptions) -> int:
     if args.speed <= 0:
         raise InputError(f"--speed: must be > 0, got {args.speed:g}")
     wall0 = time.time()
@@ -58,18 +56,8 @@ def demo(settings: Settings, args: argparse.Namespace) -> int:
         return history.summary(current[0], clock)
 
     health = Health()
-    try:
-        server = HttpServer(
-            settings.metrics_host,
-            settings.metrics_port,
-            make_app(registry(lambda: current[0]), health, lambda: current[0], summary),
-        )
-    except OSError as exc:
-        raise InputError(
-            f"metrics_port: cannot listen on {settings.metrics_host}:{settings.metrics_port} "
-            f"({exc.strerror}); pick another with --metrics-port"
-        ) from None
-    server.start()
+    app = make_app(registry(lambda: current[0]), health, lambda: current[0], summary)
+    server = serve(settings.metrics_host, settings.metrics_port, app, "; pick another with --metrics-port")
     host = "localhost" if settings.metrics_host in ("0.0.0.0", "::", "") else settings.metrics_host
     sys.stderr.write(
         f"streameval demo: simulated traffic of {', '.join(sim.models)} on event time running "
@@ -82,41 +70,33 @@ def demo(settings: Settings, args: argparse.Namespace) -> int:
         f"  metrics    http://{host}:{server.port}/metrics\n"
         "Stop with Ctrl-C.\n"
     )
-    stop = Stop()
-    previous = {s: signal.signal(s, stop.handler) for s in (signal.SIGTERM, signal.SIGINT)}
     pending: Record | None = None
     next_publish = 0.0
     try:
-        while not stop.requested:
-            now = sim_now()
-            while True:
-                record = pending if pending is not None else next(records, None)
-                pending = None
-                if record is None:
+        with stop_on_signals() as stop:
+            while not stop.requested:
+                now = sim_now()
+                while True:
+                    record = pending if pending is not None else next(records, None)
+                    pending = None
+                    if record is None:
+                        break
+                    if record.ts > now:
+                        pending = record
+                        break
+                    topic = topic_of(settings, record.kind)
+                    pipeline.handle(topic, pipeline.decode(topic, record.value))
+                pipeline.tick()
+                if time.monotonic() >= next_publish:
+                    next_publish = time.monotonic() + PUBLISH_S
+                    current[0] = _view(settings, pipeline, now)
+                    history.record(current[0])
+                health.beat()
+                if pending is None and duration is not None and now >= start + duration:
                     break
-                if record.ts > now:
-                    pending = record
-                    break
-                topic = topic_of(settings, record.kind)
-                decoded = (
-                    pipeline.decode_impression(record.value)
-                    if record.kind == "impression"
-                    else pipeline.decode_event(record.value, topic)
-                )
-                pipeline.handle(topic, decoded)
-            pipeline.tick()
-            if time.monotonic() >= next_publish:
-                next_publish = time.monotonic() + PUBLISH_S
-                current[0] = _view(settings, pipeline, now)
-                history.record(current[0])
-            health.beat()
-            if pending is None and duration is not None and now >= start + duration:
-                break
-            time.sleep(ROUND_S)
+                time.sleep(ROUND_S)
     finally:
         server.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     sys.stderr.write(f"streameval demo: stopped after {sum(pipeline.counters.consumed.values())} records\n")
     return 0
 

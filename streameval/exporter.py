@@ -1,27 +1,17 @@
 """A prometheus-client Collector that turns the published :class:`~streameval.view.View` into
 metric families on every scrape. Register it in a registry you construct (:func:`registry`).
 
-Metric families (group labels are the ``group_by`` fields, e.g. ``model``, ``surface``):
-
-- ``streameval_<metric>{k,window,...}`` for each configured metric family (``map``, ``wmap``,
-  ``ndcg``, ``recall``, ``precision``, ``mrr``): the mean over the settled queries of the
-  window. No sample while no query counts.
-- ``streameval_metric_values`` / ``streameval_metric_squares{metric,k,window,...}``: sum and
-  sum of squares of the per-query values (for ``wmap``: of |G|·AP) of those queries;
-  ``streameval_queries``, ``streameval_queries_with_relevant``,
-  ``streameval_relevant_items{window,...}``: their counts and Σ|G|.
-- ``streameval_settled_metric_values_total``, ``..._squares_total``, ``streameval_settled_queries_total``,
-  ``streameval_settled_queries_with_relevant_total``, ``streameval_settled_relevant_items_total``:
-  the same parts, cumulative over everything that settled.
-- ``streameval_provisional_<metric>{k,...}``, ``streameval_provisional_queries{...}``,
-  ``streameval_provisional_queries_with_relevant{...}``: the same over open (unsettled) queries.
-- Operations: see :meth:`StreamevalCollector._operations`.
+The families are declared in two tables: :data:`SCOPES` (the quality families: the means, sums
+and counts of the settled queries of each window, of every settled query, and of the open
+queries) and :data:`OPERATIONS` (the daemon's own). Their names, labels and meaning: README,
+"Metric families".
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Mapping
+from typing import NamedTuple
 
 from prometheus_client.core import (
     CollectorRegistry,
@@ -33,16 +23,102 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from streameval.scoring import Sums
+from streameval.scoring.measures import MEASURES
 from streameval.view import View
 
-METRIC_HELP = {
-    "map": "Mean average precision at k (AP denominator per ap_denominator)",
-    "wmap": "Weighted MAP at k: sum |G| AP / sum |G|",
-    "ndcg": "Mean NDCG at k",
-    "recall": "Mean recall at k",
-    "precision": "Mean precision at k",
-    "mrr": "Mean reciprocal rank at k",
+#: the sums of a scope: (label values before the group's, group, sums), in label order
+GroupSums = Callable[[View], Iterator[tuple[tuple[str, ...], tuple[str, ...], Sums]]]
+
+
+class Scope(NamedTuple):
+    """One set of queries whose sums are exported: their families' name prefix, counter or
+    gauge, the labels before the group's, what they are (for the help), the families exported
+    ("mean": one family per configured metric family; "values" and "squares": one each, with a
+    ``metric`` label; the counts), and its sums."""
+
+    prefix: str
+    counter: bool
+    labels: tuple[str, ...]
+    what: str
+    parts: tuple[str, ...]
+    sums: GroupSums
+
+
+def _windows(view: View) -> Iterator[tuple[tuple[str, ...], tuple[str, ...], Sums]]:
+    for window in view.settings.windows:
+        for group, sums in sorted(view.snapshot.windows.get(window.name, {}).items(), key=_key):
+            yield (window.name,), group, sums
+
+
+def _table(read: Callable[[View], Mapping[tuple[str, ...], Sums]]) -> GroupSums:
+    def sums(view: View) -> Iterator[tuple[tuple[str, ...], tuple[str, ...], Sums]]:
+        for group, group_sums in sorted(read(view).items(), key=_key):
+            yield (), group, group_sums
+
+    return sums
+
+
+_ALL = ("mean", "values", "squares", "queries", "queries_with_relevant", "relevant_items")
+#: The quality families (README, Metric families); counters are named without ``_total``.
+SCOPES = (
+    Scope("streameval_", False, ("window",), "settled queries in the window", _ALL, _windows),
+    Scope(
+        "streameval_settled_", True, (), "every settled query", _ALL[1:], _table(lambda v: v.snapshot.settled)
+    ),
+    Scope(
+        "streameval_provisional_",
+        False,
+        (),
+        "open (unsettled) queries",
+        ("mean", "queries", "queries_with_relevant"),
+        _table(lambda v: v.snapshot.provisional),
+    ),
+)
+_PART_HELP = {
+    "values": "Sum of per-query values of {what}",
+    "squares": "Sum of squared per-query values of {what}",
+    "queries": "Queries counted: {what}",
+    "queries_with_relevant": "Queries with |G| > 0 of {what}",
+    "relevant_items": "Sum of |G| over {what} (the wmap denominator)",
 }
+
+
+def _quality(view: View, scope: Scope) -> Iterator[Metric]:
+    """The families of one scope, from its sums."""
+    s = view.settings
+    family = CounterMetricFamily if scope.counter else GaugeMetricFamily
+    groups = [*scope.labels, *s.group_by]
+    names = dict.fromkeys(m.name for m in s.metrics) if "mean" in scope.parts else {}
+    means = {
+        name: family(f"{scope.prefix}{name}", f"{MEASURES[name].help}, {scope.what}", labels=["k", *groups])
+        for name in names
+    }
+    parts = {
+        part: family(
+            f"{scope.prefix}{'metric_' if part in ('values', 'squares') else ''}{part}",
+            _PART_HELP[part].format(what=scope.what),
+            labels=(["metric", "k"] if part in ("values", "squares") else []) + groups,
+        )
+        for part in scope.parts
+        if part != "mean"
+    }
+    per_metric = "values" in parts
+    for extra, group, sums in scope.sums(view):
+        gv = [*extra, *group]
+        means_of = sums.means(s.metrics, s.no_relevant)
+        for metric, mean, total, squares in zip(s.metrics, means_of, sums.sums, sums.squares, strict=True):
+            k = str(metric.k)
+            if mean is not None and means:
+                means[metric.name].add_metric([k, *gv], mean)
+            if per_metric:
+                parts["values"].add_metric([metric.name, k, *gv], total)
+                parts["squares"].add_metric([metric.name, k, *gv], squares)
+        counts = (("queries", sums.queries), ("queries_with_relevant", sums.with_relevant))
+        for part, value in (*counts, ("relevant_items", sums.relevant_items)):
+            if part in parts:
+                parts[part].add_metric(gv, value)
+    yield from means.values()
+    yield from parts.values()
 
 
 class StreamevalCollector(Collector):
@@ -53,131 +129,9 @@ class StreamevalCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         view = self.view_source()
-        yield from self._windows(view)
-        yield from self._settled(view)
-        yield from self._provisional(view)
+        for scope in SCOPES:
+            yield from _quality(view, scope)
         yield from self._operations(view)
-
-    # --- labels --------------------------------------------------------------------------------
-
-    @staticmethod
-    def _group_values(group: tuple[str, ...]) -> list[str]:
-        return list(group) if isinstance(group, tuple) else [str(group)]
-
-    def _means(self, view: View, sums: Sums) -> list[float | None]:
-        return sums.means(view.settings.metrics, view.settings.no_relevant)
-
-    # --- families ------------------------------------------------------------------------------
-
-    def _windows(self, view: View) -> Iterator[Metric]:
-        s = view.settings
-        groups = list(s.group_by)
-        headline = {
-            name: GaugeMetricFamily(
-                f"streameval_{name}",
-                f"{METRIC_HELP[name]}, settled queries in the window",
-                labels=["k", "window", *groups],
-            )
-            for name in dict.fromkeys(m.name for m in s.metrics)
-        }
-        part_labels = ["metric", "k", "window", *groups]
-        metric_sum = GaugeMetricFamily(
-            "streameval_metric_values",
-            "Sum of per-query values of settled queries in the window",
-            labels=part_labels,
-        )
-        metric_sq = GaugeMetricFamily(
-            "streameval_metric_squares",
-            "Sum of squared per-query values of settled queries in the window",
-            labels=part_labels,
-        )
-        count_labels = ["window", *groups]
-        queries = GaugeMetricFamily(
-            "streameval_queries", "Settled queries in the window", labels=count_labels
-        )
-        with_rel = GaugeMetricFamily(
-            "streameval_queries_with_relevant",
-            "Settled queries with |G| > 0 in the window",
-            labels=count_labels,
-        )
-        rel_items = GaugeMetricFamily(
-            "streameval_relevant_items",
-            "Sum of |G| over settled queries in the window (wmap denominator)",
-            labels=count_labels,
-        )
-        for window in s.windows:
-            for group, sums in sorted(view.snapshot.windows.get(window.name, {}).items(), key=_key):
-                gv = self._group_values(group)
-                for metric, mean, total, squares in zip(
-                    s.metrics, self._means(view, sums), sums.sums, sums.squares, strict=True
-                ):
-                    k = str(metric.k)
-                    if mean is not None:
-                        headline[metric.name].add_metric([k, window.name, *gv], mean)
-                    metric_sum.add_metric([metric.name, k, window.name, *gv], total)
-                    metric_sq.add_metric([metric.name, k, window.name, *gv], squares)
-                queries.add_metric([window.name, *gv], sums.queries)
-                with_rel.add_metric([window.name, *gv], sums.with_relevant)
-                rel_items.add_metric([window.name, *gv], sums.relevant_items)
-        yield from headline.values()
-        yield from (metric_sum, metric_sq, queries, with_rel, rel_items)
-
-    def _settled(self, view: View) -> Iterator[Metric]:
-        groups = list(view.settings.group_by)
-        labels = ["metric", "k", *groups]
-        total = CounterMetricFamily(
-            "streameval_settled_metric_values",
-            "Sum of per-query values of every settled query",
-            labels=labels,
-        )
-        squares = CounterMetricFamily(
-            "streameval_settled_metric_squares",
-            "Sum of squared per-query values of every settled query",
-            labels=labels,
-        )
-        queries = CounterMetricFamily("streameval_settled_queries", "Settled queries", labels=groups)
-        with_rel = CounterMetricFamily(
-            "streameval_settled_queries_with_relevant", "Settled queries with |G| > 0", labels=groups
-        )
-        rel_items = CounterMetricFamily(
-            "streameval_settled_relevant_items", "Sum of |G| over settled queries", labels=groups
-        )
-        for group, sums in sorted(view.snapshot.settled.items(), key=_key):
-            gv = self._group_values(group)
-            for metric, value, sq in zip(view.settings.metrics, sums.sums, sums.squares, strict=True):
-                total.add_metric([metric.name, str(metric.k), *gv], value)
-                squares.add_metric([metric.name, str(metric.k), *gv], sq)
-            queries.add_metric(gv, sums.queries)
-            with_rel.add_metric(gv, sums.with_relevant)
-            rel_items.add_metric(gv, sums.relevant_items)
-        yield from (total, squares, queries, with_rel, rel_items)
-
-    def _provisional(self, view: View) -> Iterator[Metric]:
-        s = view.settings
-        groups = list(s.group_by)
-        families = {
-            name: GaugeMetricFamily(
-                f"streameval_provisional_{name}",
-                f"{METRIC_HELP[name]}, open (unsettled) queries",
-                labels=["k", *groups],
-            )
-            for name in dict.fromkeys(m.name for m in s.metrics)
-        }
-        queries = GaugeMetricFamily(
-            "streameval_provisional_queries", "Open (unsettled) queries", labels=groups
-        )
-        with_rel = GaugeMetricFamily(
-            "streameval_provisional_queries_with_relevant", "Open queries with |G| > 0", labels=groups
-        )
-        for group, sums in sorted(view.snapshot.provisional.items(), key=_key):
-            gv = self._group_values(group)
-            for metric, mean in zip(s.metrics, self._means(view, sums), strict=True):
-                if mean is not None:
-                    families[metric.name].add_metric([str(metric.k), *gv], mean)
-            queries.add_metric(gv, sums.queries)
-            with_rel.add_metric(gv, sums.with_relevant)
-        yield from families.values()
-        yield from (queries, with_rel)
 
     def _operations(self, view: View) -> Iterator[Metric]:
         for name, kind, help_text, labels, samples in OPERATIONS:

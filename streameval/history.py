@@ -16,7 +16,7 @@ import math
 from collections import deque
 from typing import Any
 
-from streameval.scoring import Sums
+from streameval.scoring.measures import MEASURES
 from streameval.view import View
 
 
@@ -29,13 +29,6 @@ def mean_and_se(total: float, squares: float, n: int) -> tuple[float | None, flo
         return mean, None
     variance = max(0.0, (squares - n * mean * mean) / (n - 1))
     return mean, math.sqrt(variance / n)
-
-
-def _count(view: View, sums: Sums, index: int) -> int:
-    metric = view.settings.metrics[index]
-    if metric.name == "wmap":
-        return sums.relevant_items
-    return sums.with_relevant if view.settings.no_relevant == "skip" else sums.queries
 
 
 def _label(view: View, group: tuple[str, ...]) -> str:
@@ -58,10 +51,11 @@ class History:
         window = s.windows[0].name
         groups = {}
         for group, sums in snap.windows.get(window, {}).items():
-            if s.metrics[0].name == "wmap":  # weighted: no per-query SE
-                mean, se = (sums.sums[0] / sums.relevant_items if sums.relevant_items else None), None
+            count = sums.count(s.metrics[0], s.no_relevant)
+            if MEASURES[s.metrics[0].name].weighted:  # no per-query standard error
+                mean, se = (sums.sums[0] / count if count else None), None
             else:
-                mean, se = mean_and_se(sums.sums[0], sums.squares[0], _count(view, sums, 0))
+                mean, se = mean_and_se(sums.sums[0], sums.squares[0], count)
             provisional = snap.provisional.get(group)
             now = provisional.means(s.metrics[:1], s.no_relevant)[0] if provisional else None
             groups[_label(view, group)] = [mean, se, sums.queries, now]

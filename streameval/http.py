@@ -17,6 +17,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import orjson
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
+from streameval.errors import InputError
 from streameval.view import View
 
 log = logging.getLogger(__name__)
@@ -152,3 +153,14 @@ class HttpServer:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def serve(host: str, port: int, app: Any, hint: str = "") -> HttpServer:
+    """The app served on ``host:port``, started; InputError naming ``metrics_port`` when the
+    address cannot be bound (before anything else starts)."""
+    try:
+        server = HttpServer(host, port, app)
+    except OSError as exc:
+        raise InputError(f"metrics_port: cannot listen on {host}:{port} ({exc.strerror}){hint}") from None
+    server.start()
+    return server

@@ -19,17 +19,17 @@ Rules (README, section Definitions, The join):
   duplicate of a query the daemon no longer remembers.
 
 The daemon remembers tombstones and dedup keys for a bounded time: max(max horizon, 10 min)
-plus ``orphan_ttl`` of event time past the event or the settling. With
-``remember_until_end=True`` it keeps them, and holds orphans, until the input ends, so its
-answer is the batch definition of the README (Definitions) however far apart related records
-are: the answer ``replay`` computes in one batch (``replay.join_in_batch``, tested against this).
+plus ``orphan_ttl`` of event time past the event or the settling. With an ``orphan_ttl`` longer
+than the input spans it keeps them, and holds orphans, until the input ends, so its answer is
+the batch definition of the README (Definitions) however far apart related records are: the
+answer ``replay`` computes in one batch (``replay.batch``; the tests hold the two equal so).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Protocol
 
+from streameval.changes import Changes, Unrecorded
 from streameval.config import Settings
 from streameval.deadlines import Deadlines
 from streameval.records import Engagement, Impression
@@ -39,7 +39,6 @@ UNATTRIBUTED_REASONS = ("before_impression", "after_horizon", "unknown_query", "
 #: What a change touched, for checkpoints: ("q", query_id) for an open query or its tombstone,
 #: ("o", query_id) for the orphans waiting for it, ("s", key) for an event dedup key; and, in the
 #: same set, ("w", window, bucket) from the windows. Of any length: a compiled build checks it.
-StateKey = tuple[object, ...]
 #: The daemon remembers settled query ids and event dedup keys at least this long (event time).
 MIN_RETENTION_S = 600.0
 
@@ -88,7 +87,6 @@ class Joiner:
         settings: Settings,
         scorer: Scorer,
         sink: JoinSink,
-        remember_until_end: bool = False,
     ) -> None:
         self.settings = settings
         # per event type, looked up once per event (every decoded event's type has a grade)
@@ -96,7 +94,6 @@ class Joiner:
         self._horizons = {t: settings.horizon_for(t) for t in settings.grades}
         self.scorer = scorer
         self.sink = sink
-        self.remember_until_end = remember_until_end
         self.max_horizon = settings.max_horizon
         self.retention = max(settings.max_horizon, MIN_RETENTION_S) + settings.orphan_ttl
         self.open: dict[str, OpenQuery] = {}
@@ -105,7 +102,8 @@ class Joiner:
         self.orphan_count = 0
         self.seen: dict[tuple[str, ...] | str, float] = {}  # dedup key -> when it is forgotten
         #: keys changed since the last checkpoint, when the owner tracks them (the daemon)
-        self.changes: set[StateKey] | None = None
+        #: the state keys changed since the last checkpoint (shared with the windows)
+        self.changes: Changes = Unrecorded()
         self._settle_at: Deadlines[str] = Deadlines()  # query ids, by ts + max horizon
         self._orphan_expiry: Deadlines[Engagement] = Deadlines()
         self._tombstone_expiry: Deadlines[str] = Deadlines()
@@ -128,8 +126,7 @@ class Joiner:
         self.sink.opened(query)
         waiting = self.orphans.pop(imp.query_id, None)
         if waiting:
-            if self.changes is not None:
-                self.changes.add(("o", imp.query_id))
+            self.changes.add(("o", imp.query_id))
             self.orphan_count -= len(waiting)
             for event in waiting:
                 self._judge(query, event)
@@ -140,9 +137,7 @@ class Joiner:
         if key in self.seen:
             self.sink.duplicate("events")
             return
-        if self.remember_until_end:
-            self.seen[key] = math.inf
-        elif ev.ts + self.retention >= watermark:  # else it would be forgotten at once
+        if ev.ts + self.retention >= watermark:  # else it would be forgotten at once
             self.add_seen(key, ev.ts + self.retention)
         query = self.open.get(ev.query_id)
         if query is not None:
@@ -152,7 +147,7 @@ class Joiner:
         if imp_ts is not None:
             self.sink.unattributed(self._misfit(imp_ts, ev) or "late")
             return
-        if not self.remember_until_end and ev.ts + self.settings.orphan_ttl < watermark:
+        if ev.ts + self.settings.orphan_ttl < watermark:
             self.sink.unattributed("unknown_query")
             return
         self.add_orphan(ev)
@@ -172,8 +167,7 @@ class Joiner:
             return
         self.sink.attributed()
         if self.scorer.add_grade(query.score, ev.item, self._grades[ev.type]):
-            if self.changes is not None:
-                self.changes.add(("q", query.query_id))
+            self.changes.add(("q", query.query_id))
             old_n, old_values = query.n_relevant, query.values
             query.n_relevant = query.score.n_relevant
             query.values = self.scorer.values(query.score)
@@ -188,29 +182,23 @@ class Joiner:
             if query is None:
                 continue
             self.add_tombstone(query_id, query.ts)
-            if self.changes is not None:
-                self.changes.add(("q", query_id))
+            self.changes.add(("q", query_id))
             self.sink.settled(query)
-        if self.remember_until_end:
-            if math.isinf(watermark) and watermark > 0:
-                self._drop_all_orphans()
-            return
         for event in self._orphan_expiry.pop_due(watermark):
             waiting = self.orphans.get(event.query_id)
             index = next((i for i, e in enumerate(waiting or ()) if e is event), None)
             if waiting is not None and index is not None:  # else its impression claimed it
-                if self.changes is not None:
-                    self.changes.add(("o", event.query_id))
+                self.changes.add(("o", event.query_id))
                 del waiting[index]
                 if not waiting:
                     del self.orphans[event.query_id]
                 self.orphan_count -= 1
                 self.sink.unattributed("unknown_query")
         for query_id in self._tombstone_expiry.pop_due(watermark):
-            if self.tombstones.pop(query_id, None) is not None and self.changes is not None:
+            if self.tombstones.pop(query_id, None) is not None:
                 self.changes.add(("q", query_id))
         for key in self._seen_expiry.pop_due(watermark):
-            if self.seen.pop(key, None) is not None and self.changes is not None:
+            if self.seen.pop(key, None) is not None:
                 self.changes.add(("s", key))
 
     # --- state: adding one piece, as processing does and as a restore does -------------------
@@ -219,36 +207,22 @@ class Joiner:
         """Hold an open query until it settles."""
         self.open[query.query_id] = query
         self._settle_at.push(query.ts + self.max_horizon, query.query_id)
-        if self.changes is not None:
-            self.changes.add(("q", query.query_id))
+        self.changes.add(("q", query.query_id))
 
     def add_tombstone(self, query_id: str, imp_ts: float) -> None:
         """Remember a settled query (its impression time) for the retention."""
         self.tombstones[query_id] = imp_ts
-        if not self.remember_until_end:
-            expiry = imp_ts + self.max_horizon + self.retention
-            self._tombstone_expiry.push(expiry, query_id)
+        self._tombstone_expiry.push(imp_ts + self.max_horizon + self.retention, query_id)
 
     def add_orphan(self, ev: Engagement) -> None:
         """Hold an event until its impression arrives or the watermark passes ts + orphan_ttl."""
-        if not self.remember_until_end:
-            deadline = ev.ts + self.settings.orphan_ttl
-            self._orphan_expiry.push(deadline, ev)
+        self._orphan_expiry.push(ev.ts + self.settings.orphan_ttl, ev)
         self.orphans.setdefault(ev.query_id, []).append(ev)
         self.orphan_count += 1
-        if self.changes is not None:
-            self.changes.add(("o", ev.query_id))
+        self.changes.add(("o", ev.query_id))
 
     def add_seen(self, key: tuple[str, ...] | str, expiry: float) -> None:
         """Remember an event dedup key until the watermark passes ``expiry``."""
         self.seen[key] = expiry
         self._seen_expiry.push(expiry, key)
-        if self.changes is not None:
-            self.changes.add(("s", key))
-
-    def _drop_all_orphans(self) -> None:
-        for waiting in self.orphans.values():
-            for _ in waiting:
-                self.sink.unattributed("unknown_query")
-        self.orphans.clear()
-        self.orphan_count = 0
+        self.changes.add(("s", key))

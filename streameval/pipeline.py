@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from streameval.changes import Changes
 from streameval.clock import Watermark
 from streameval.config import Settings
 from streameval.decoding import Decoder
@@ -63,7 +64,6 @@ class Pipeline:
         self,
         settings: Settings,
         wall_clock: Callable[[], float] | None = None,
-        remember_until_end: bool = False,
         group_cap: GroupCap | None = None,
     ) -> None:
         self.settings = settings
@@ -78,8 +78,11 @@ class Pipeline:
             )
         )
         self.watermark = Watermark(settings.allowed_lateness, wall_clock)
-        self.joiner = Joiner(settings, self.scorer, self, remember_until_end)
+        self.joiner = Joiner(settings, self.scorer, self)
         self.windows = WindowedSums(settings.windows, len(settings.metrics))
+        #: the state keys changed since the last checkpoint: none recorded until
+        #: :meth:`record_changes` (a pipeline that is never checkpointed records nothing)
+        self.changes: Changes = self.joiner.changes
         self.counters = Counters()
         self.settled_totals: dict[tuple[str, ...], Sums] = {}
         self.provisional: dict[tuple[str, ...], Sums] = {}
@@ -88,6 +91,10 @@ class Pipeline:
         # from the moment the pipeline was made
         started = time.time()
         self.decoder = Decoder(settings, wall_clock or (lambda: started))
+
+    def record_changes(self) -> None:
+        """From now on, record which state keys change (the daemon's pipelines, once restored)."""
+        self.changes = self.joiner.changes = self.windows.changes = Changes()
 
     # --- input ---------------------------------------------------------------------------------
 
@@ -109,6 +116,14 @@ class Pipeline:
             return Engagement(*fields)
         return fields  # type: ignore[return-value]
 
+    def decode(
+        self, topic: str, raw: bytes | str, kafka_ts: float | None = None
+    ) -> Impression | Engagement | Rejection | Ignored:
+        """Decode one record of ``topic``: an impression from the impressions topic, else an event."""
+        if topic == self.settings.impressions_topic:
+            return self.decode_impression(raw, kafka_ts)
+        return self.decode_event(raw, topic, kafka_ts)
+
     def handle(self, topic: str, record: Impression | Engagement | Rejection | Ignored) -> None:
         """Count one decoded record of ``topic`` as consumed, and reject, ignore or process it."""
         self.counters.consumed[topic] += 1
@@ -118,12 +133,6 @@ class Pipeline:
             self.counters.ignored[(topic, record.type)] += 1
         else:
             self.process(record)  # type: ignore[arg-type]
-
-    def ingest(self, raw: bytes | str, topic: str, is_impression: bool) -> Rejection | None:
-        """Decode and handle one record; a bad one is counted and its Rejection returned."""
-        record = self.decode_impression(raw) if is_impression else self.decode_event(raw, topic)
-        self.handle(topic, record)
-        return record if isinstance(record, Rejection) else None
 
     def process(self, record: Impression | Engagement) -> None:
         """Apply one decoded record, then advance the watermark to it."""

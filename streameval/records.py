@@ -200,7 +200,7 @@ def _object_or_none(raw: bytes | str) -> dict[str, Any] | None:
 def _int_items(items: list[Any]) -> list[str] | None:
     """A list of integer item ids as strings (``str(5)`` is ``"5"``), or None when it holds
     anything else (the checked path then decides). orjson writes the list and the text is split
-    in C: ~3x faster than ``str()`` per item, for logs whose ids are all integers."""
+    in C, which costs less than ``str()`` per item, for logs whose ids are all integers."""
     try:
         text = orjson.dumps(items)
     except TypeError:  # an integer beyond 64 bits
@@ -217,18 +217,9 @@ def _int_items(items: list[Any]) -> list[str] | None:
 ImpressionFields = tuple[str, float, Sequence[str], tuple[str, ...]]
 
 
-def decode_impression(raw: bytes | str, group_by: Collection[str]) -> Impression | Rejection:
-    """Decode one impression record. Group fields that are absent or null become ``unknown``."""
-    fields = decode_impression_fields(raw, group_by)
-    if type(fields) is Rejection:
-        return fields
-    query_id, ts, items, group = fields  # type: ignore[misc]
-    return Impression(query_id, ts, tuple(items), group)
-
-
 def decode_impression_fields(raw: bytes | str, group_by: Collection[str]) -> ImpressionFields | Rejection:
-    """What :func:`decode_impression` decides, as query_id, ts, items and group, without building
-    an :class:`Impression` (``replay`` keeps only these)."""
+    """Decode one impression record as query_id, ts, items and group labels (group fields that
+    are absent or null become ``unknown``), or a Rejection with its reason."""
     # Fast path for the common, well-formed record: exact type checks, no exceptions. Anything
     # it does not accept goes through the checked path, which finds the reason (or accepts what
     # the fast path leaves to it, such as a time without an offset).
@@ -300,21 +291,11 @@ def _decode_impression_checked(
 EventFields = tuple[str, str, str, float, str | None]
 
 
-def decode_event(
-    raw: bytes | str, grades: Mapping[str, float], default_type: str | None = None
-) -> Engagement | Rejection:
-    """Decode one engagement event; ``default_type`` is the type its topic maps to, if any."""
-    fields = decode_event_fields(raw, grades, default_type)
-    if type(fields) is Rejection:
-        return fields
-    return Engagement(*fields)  # type: ignore[misc]
-
-
 def decode_event_fields(
     raw: bytes | str, grades: Mapping[str, float], default_type: str | None = None
 ) -> EventFields | Rejection:
-    """What :func:`decode_event` decides, as a tuple of its fields, without building an
-    :class:`Engagement` (``replay`` keeps only these)."""
+    """Decode one engagement event as query_id, item, type, ts and event_id, or a Rejection;
+    ``default_type`` is the type its topic maps to, if any."""
     # fast path, as in decode_impression_fields
     obj = _object_or_none(raw)
     if obj is not None:

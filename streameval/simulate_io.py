@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import IO
@@ -14,7 +14,8 @@ from kafka.errors import KafkaError
 
 from streameval.config import ConfigError, Settings, parse_duration
 from streameval.errors import InputError
-from streameval.kafka.clients import ensure_topic, make_admin, make_plain_producer
+from streameval.kafka.clients import make_admin, make_plain_producer
+from streameval.kafka.topics import ensure_topic
 from streameval.simulate import Record, Regression, Simulator, topic_of
 
 log = logging.getLogger(__name__)
@@ -43,14 +44,30 @@ def parse_start(text: str | None, default: float) -> float:
         raise ConfigError(f"--start: {text!r} is neither RFC 3339 nor epoch seconds") from None
 
 
+@dataclass(frozen=True)
+class SimulationOptions:
+    """The simulation's own options (flags of ``simulate`` and ``demo``, not configuration keys)."""
+
+    seed: int = 1
+    rate: float = 100.0
+    regress: tuple[str, ...] | None = None  # None: the command's default
+    duration: str | None = None
+    start: str | None = None
+    no_late: bool = False
+    out: str | None = None
+    fast: bool = False
+    partitions: int = 3
+    speed: float = 60.0
+
+
 def simulator_from(
-    args: argparse.Namespace,
+    args: SimulationOptions,
     start: float,
     default_regress: str | None = None,
     click_delay: float = 20.0,
     purchase_delay: float = 120.0,
 ) -> Simulator:
-    late_by = 0.0 if getattr(args, "no_late", False) else 600.0
+    late_by = 0.0 if args.no_late else 600.0
     if args.rate <= 0:
         raise ConfigError(f"--rate: must be > 0, got {args.rate:g}")
     texts = args.regress if args.regress is not None else ([default_regress] if default_regress else [])
@@ -66,8 +83,8 @@ def simulator_from(
     )
 
 
-def simulate(settings: Settings, args: argparse.Namespace) -> int:
-    duration = duration_flag("--duration", args.duration)
+def simulate(settings: Settings, args: SimulationOptions) -> int:
+    duration = duration_flag("--duration", args.duration or "10m")
     now = float(int(time.time()))
     paced = args.out is None and not args.fast
     start = parse_start(args.start, now if paced or args.out is not None else now - duration)

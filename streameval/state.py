@@ -48,26 +48,15 @@ TOTALS_KEY = b"t"
 Entry = tuple[bytes, bytes | None]
 
 
-def track(pipeline: Pipeline) -> None:
-    """Start recording which keys change (the daemon's pipelines; ``replay`` does not)."""
-    changes: set[Any] = set()
-    pipeline.joiner.changes = changes
-    pipeline.windows.changes = changes
-
-
 def pending(pipeline: Pipeline) -> int:
     """How many keys changed since the last checkpoint."""
-    return len(pipeline.joiner.changes or ())
+    return len(pipeline.changes)
 
 
 def checkpoint_entries(pipeline: Pipeline) -> list[Entry]:
     """The entries of every key that changed since the last call, then the totals; clears the
     record of changes."""
-    changes = pipeline.joiner.changes
-    if changes is None:
-        raise ValueError("track(pipeline) first")
-    out = [_entry(pipeline, key) for key in changes]
-    changes.clear()
+    out = [_entry(pipeline, key) for key in pipeline.changes.take()]
     out.append((TOTALS_KEY, _dumps(_totals(pipeline))))
     return out
 
@@ -205,7 +194,7 @@ def restore(
         # idle time counts from the restore: the time the partition was unowned is not quiet
         # input, its records are still to be read
         pipeline.watermark.mark_active()
-    track(pipeline)
+    pipeline.record_changes()
     return pipeline
 
 

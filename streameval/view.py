@@ -73,8 +73,8 @@ class Latency:
     def observe(self, seconds: float) -> None:
         seconds = max(seconds, 0.0)
         self.total += seconds
-        # the first bucket whose bound is >= seconds (the last is +Inf), found in C: on a
-        # backlog every record is minutes late, and a loop over the bounds was 2% of the daemon
+        # the first bucket whose bound is >= seconds (the last is +Inf), found by bisection in C
+        # (on a backlog every record lands in the last buckets)
         self.counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
 
     def cumulative(self) -> list[tuple[str, int]]:

@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
+from streameval.changes import Changes, Unrecorded
 from streameval.config import Window
 from streameval.scoring import Sums
-
-if TYPE_CHECKING:
-    from streameval.join import StateKey
 
 BUCKETS_PER_WINDOW = 60
 
@@ -69,9 +66,8 @@ class WindowedSums:
         #: a frontier below this leaves every ring's first live bucket where it is (advance
         #: then only moves the frontier: it runs for every record)
         self._next_evict = -math.inf
-        #: ("w", window name, bucket index) of buckets changed since the last checkpoint, when
-        #: the owner tracks them (the daemon)
-        self.changes: set[StateKey] | None = None
+        #: records ("w", window name, bucket index) of buckets changed (shared with the join)
+        self.changes: Changes = Unrecorded()
 
     def add(
         self, imp_ts: float, group: tuple[str, ...], n_relevant: int, values: Sequence[float] | None
@@ -88,8 +84,7 @@ class WindowedSums:
             if sums is None:
                 sums = groups[group] = Sums(self.n_metrics)
             sums.add(n_relevant, values)
-            if self.changes is not None:
-                self.changes.add(("w", ring.window.name, index))
+            self.changes.add(("w", ring.window.name, index))
 
     def advance(self, frontier: float) -> None:
         """Move the settled frontier forward (never back) and drop buckets that left every window."""
@@ -100,7 +95,7 @@ class WindowedSums:
             return
         for ring in self.rings:
             gone = ring.evict(frontier)
-            if gone and self.changes is not None:
+            if gone:
                 self.changes.update(("w", ring.window.name, index) for index in gone)
         self._next_evict = min((ring.next_boundary() for ring in self.rings), default=math.inf)
 

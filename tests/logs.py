@@ -57,6 +57,22 @@ BAD_EVENTS = [
 ]
 
 
+def _shown(rng: random.Random, n: int, catalogue: int, duplicates: bool) -> list[str]:
+    if duplicates:
+        return [f"i{rng.randrange(catalogue)}" for _ in range(n)]
+    return [f"i{x}" for x in rng.sample(range(catalogue), min(n, catalogue))]
+
+
+def _event_time(rng: random.Random, ts: float, horizon: float) -> float:
+    """Inside the horizon (80%), before the impression (10%) or after the horizon (10%)."""
+    where = rng.random()
+    if where < 0.8:
+        return ts + rng.uniform(0, horizon)
+    if where < 0.9:
+        return ts - rng.uniform(1, 900)
+    return ts + horizon + rng.uniform(1, 4 * 3600)
+
+
 def random_log(
     rng: random.Random,
     n_queries: int = 40,
@@ -76,10 +92,7 @@ def random_log(
         qid = f"q{q}"
         ts = round(t0 + rng.uniform(0, span), 3)
         n = rng.randint(*list_len)
-        if duplicates_in_lists:
-            items = [f"i{rng.randrange(catalogue)}" for _ in range(n)]
-        else:
-            items = [f"i{x}" for x in rng.sample(range(catalogue), min(n, catalogue))]
+        items = _shown(rng, n, catalogue, duplicates_in_lists)
         imp: dict[str, Any] = {"query_id": qid, "ts": ts, "items": items}
         if rng.random() < 0.9:
             imp["model"] = rng.choice(models)
@@ -94,13 +107,7 @@ def random_log(
         for _ in range(rng.randint(0, 6)):
             shown = rng.random() < 0.8
             item = rng.choice(items) if shown else f"i{rng.randrange(catalogue)}"
-            where = rng.random()
-            if where < 0.8:
-                ev_ts = ts + rng.uniform(0, horizon)
-            elif where < 0.9:
-                ev_ts = ts - rng.uniform(1, 900)
-            else:
-                ev_ts = ts + horizon + rng.uniform(1, 4 * 3600)
+            ev_ts = _event_time(rng, ts, horizon)
             ev: dict[str, Any] = {
                 "query_id": qid,
                 "item": item,

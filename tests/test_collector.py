@@ -8,6 +8,7 @@ import weakref
 from streameval.collector import FullCollections
 from streameval.config import load_settings
 from streameval.pipeline import Pipeline
+from tests.pipelines import ingest
 
 
 def test_full_collections_are_off_while_it_runs_and_restored_at_the_end() -> None:
@@ -28,7 +29,7 @@ def test_a_dropped_pipeline_is_a_cycle_that_the_due_collection_reclaims() -> Non
     try:
         gc.disable()  # no young collection in between either
         pipeline = Pipeline(load_settings(None, {}, {}))
-        pipeline.ingest(b'{"query_id": "q1", "ts": 1000, "model": "m", "items": ["a"]}', "i", True)
+        ingest(pipeline, b'{"query_id": "q1", "ts": 1000, "model": "m", "items": ["a"]}', "i", True)
         gone = weakref.ref(pipeline)
         del pipeline
         assert gone() is not None  # reference counting alone does not free it

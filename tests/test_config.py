@@ -112,3 +112,16 @@ def test_kafka_env_secrets_stay_strings_and_numbers_parse() -> None:
     assert s.kafka["session_timeout_ms"] == 10000
     assert s.kafka["enable_idempotence"] is False
     assert s.kafka["ssl_cafile"] == "/etc/ca.pem" and s.kafka["client_id"] == "42"
+
+
+def test_the_readme_configuration_table_is_the_keys_descriptions() -> None:
+    """README, Configuration: the table is made from each key's one description (regenerate it
+    with ``python -c "from streameval.config import markdown_table; print(markdown_table())"``)."""
+    from pathlib import Path
+
+    from streameval.config import KEYS, markdown_table
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert markdown_table() in readme
+    fields = {f for f in Settings.__dataclass_fields__}
+    assert set(KEYS) == fields - {"topic_types"}  # every field a key, but the one events_topics gives

@@ -12,6 +12,7 @@ from streameval.pipeline import Pipeline
 from streameval.records import Engagement, Impression
 from tests import oracle
 from tests.logs import random_log
+from tests.pipelines import remembering
 
 CONFIGS = [
     {},
@@ -95,7 +96,7 @@ def test_per_query_values_equal_trec_eval(seed) -> None:
         },
     )
     log = random_log(rng, n_queries=80, duplicates_in_lists=False, bad=False, list_len=(1, 15))
-    pipeline = Pipeline(settings, remember_until_end=True)
+    pipeline = Pipeline(remembering(settings))
     values: dict[str, tuple[float, ...]] = {}
 
     class Recording:

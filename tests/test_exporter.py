@@ -14,6 +14,7 @@ from streameval.http import Health, make_app
 from streameval.pipeline import Pipeline
 from streameval.records import Engagement, Impression
 from streameval.view import LATENCY_BUCKETS, Latency, Operations, View, merge_snapshots
+from tests.pipelines import ingest
 from tests.promtool import check_metrics
 
 T0 = 1_700_000_000.0
@@ -43,7 +44,7 @@ def fed_pipeline(model: str, hits: list[str], qid: str) -> Pipeline:
     for item in hits:
         p.process(Engagement(qid, item, "click", T0 + 1, None))
     p.process(Impression(qid + "-flush", T0 + 1900, ("a",), (model,)))  # settles the first query
-    p.ingest(b"{oops", "imps", is_impression=True)
+    ingest(p, b"{oops", "imps", is_impression=True)
     return p
 
 

@@ -12,6 +12,7 @@ from streameval.config import load_settings
 from streameval.pipeline import Pipeline
 from streameval.records import Engagement, Impression
 from tests.logs import random_log
+from tests.pipelines import remembering
 
 T0 = 1_700_000_000.0
 
@@ -33,7 +34,7 @@ def records_of(log, drop_duplicate_impressions=True):
 
 
 def run(records, settings, remember=False):
-    pipeline = Pipeline(settings, remember_until_end=remember)
+    pipeline = Pipeline(remembering(settings) if remember else settings)
     for r in records:
         pipeline.process(r)
     pipeline.finish()
@@ -170,7 +171,7 @@ def test_settled_query_is_final_and_late_events_change_nothing() -> None:
 
 
 def test_duplicate_impression_first_wins_and_duplicate_event_counts_once() -> None:
-    p = Pipeline(settings_(), remember_until_end=True)
+    p = Pipeline(remembering(settings_()))
     p.process(imp(items=("a", "b")))
     p.process(imp(items=("b", "a")))
     p.process(ev(item="a", event_id="e1"))
@@ -224,7 +225,7 @@ def test_windows_hold_settled_queries_by_impression_time() -> None:
 
 
 def test_max_groups_folds_new_groups_into_other() -> None:
-    p = Pipeline(settings_(max_groups=2), remember_until_end=True)
+    p = Pipeline(remembering(settings_(max_groups=2)))
     for i in range(4):
         p.process(Impression(f"q{i}", T0 + i, ("a",), (f"m{i}", "s")))
     p.finish()
@@ -255,7 +256,7 @@ def test_a_shared_group_cap_holds_across_pipelines() -> None:
 
 
 def test_a_duplicate_impression_takes_no_group_slot() -> None:
-    p = Pipeline(settings_(max_groups=1), remember_until_end=True)
+    p = Pipeline(remembering(settings_(max_groups=1)))
     p.process(Impression("q", T0, ("a",), ("m0", "s")))
     p.process(Impression("q", T0 + 1, ("a",), ("m9", "s")))  # a duplicate, of another group
     p.process(Impression("r", T0 + 2, ("a",), ("m0", "s")))

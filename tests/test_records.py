@@ -11,11 +11,10 @@ from streameval.records import (
     Engagement,
     Impression,
     Rejection,
-    decode_event,
-    decode_impression,
     parse_ts,
 )
 from tests.logs import BAD_EVENTS, BAD_IMPRESSIONS
+from tests.pipelines import decode_event, decode_impression, ingest
 
 GRADES = {"click": 1.0, "purchase": 2.0}
 
@@ -79,8 +78,8 @@ def test_impossible_timestamps_are_rejected(raw) -> None:
 @given(st.binary(max_size=200))
 def test_garbage_bytes_never_raise(raw) -> None:
     pipeline = Pipeline(load_settings(None, {}, {}))
-    pipeline.ingest(raw, "impressions", is_impression=True)
-    pipeline.ingest(raw, "clicks", is_impression=False)
+    ingest(pipeline, raw, "impressions", is_impression=True)
+    ingest(pipeline, raw, "clicks", is_impression=False)
     pipeline.tick()
     assert sum(pipeline.counters.consumed.values()) == 2
 
@@ -116,7 +115,7 @@ def test_arbitrary_json_objects_never_raise(obj) -> None:
     raw = orjson.dumps(obj)
     pipeline = Pipeline(load_settings(None, {}, {}))
     for is_impression in (True, False):
-        rejection = pipeline.ingest(raw, "t", is_impression=is_impression)
+        rejection = ingest(pipeline, raw, "t", is_impression=is_impression)
         assert rejection is None or rejection.reason in REJECT_REASONS
     pipeline.finish()
 

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streameval.config import load_settings
-from streameval.replay import Progress, _cuts, build_report, run_replay
+from streameval.replay import Progress, build_report, run_replay
+from streameval.replay.files import cuts as _cuts
 from tests.logs import random_log
 
 
@@ -138,11 +139,11 @@ def test_groups_over_max_groups_only_across_parts_are_found_too(tmp_path) -> Non
 
 @pytest.mark.parametrize("dies_at", [1, 2, 3])
 def test_a_worker_that_dies_leaves_the_replay_to_one_process(tmp_path, monkeypatch, dies_at) -> None:
-    import streameval.replay
+    import streameval.replay.shards
 
     imps, events = write_log(tmp_path, 7, True, True, id_copies=False)
     alone = replayed(imps, events, 1)
-    work = streameval.replay._work
+    work = streameval.replay.shards.work
 
     def dies(pipeline, sources, cuts, part, n, main):
         # with 2 processes a worker sends its records for the other shard, the hashes of its
@@ -158,10 +159,10 @@ def test_a_worker_that_dies_leaves_the_replay_to_one_process(tmp_path, monkeypat
         main.send = send_or_die
         work(pipeline, sources, cuts, part, n, main)
 
-    monkeypatch.setattr(streameval.replay, "_work", dies)
+    monkeypatch.setattr(streameval.replay.shards, "work", dies)
     assert why_alone(imps, events, 2) == "a worker stopped"
     assert replayed(imps, events, 2) == alone
-    monkeypatch.setattr(streameval.replay, "_work", lambda *args: os._exit(9))
+    monkeypatch.setattr(streameval.replay.shards, "work", lambda *args: os._exit(9))
     assert why_alone(imps, events, 3) == "a worker stopped"
 
 

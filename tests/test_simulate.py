@@ -137,12 +137,7 @@ def test_history_is_bounded_and_summarises_groups() -> None:
     for record in sim.records(until=1800.0):
         now[0] = record.ts
         topic = "impressions" if record.kind == "impression" else record.kind + "s"
-        raw = (
-            pipeline.decode_impression(record.value)
-            if record.kind == "impression"
-            else pipeline.decode_event(record.value, topic)
-        )
-        pipeline.handle(topic, raw)
+        pipeline.handle(topic, pipeline.decode(topic, record.value))
         snapshot = merge_snapshots([pipeline.snapshot()]) if int(record.ts) % 60 == 0 else None
         if snapshot is not None:
             history.record(View(settings, snapshot, {}, {}, (), 0.0, record.ts, Operations(), True))

@@ -15,6 +15,7 @@ from streameval.config import load_settings
 from streameval.errors import StateError
 from streameval.pipeline import Pipeline
 from tests.logs import random_log
+from tests.pipelines import ingest
 
 T0 = 1_700_000_000.0
 SETTINGS = load_settings(
@@ -47,7 +48,7 @@ def raw_records(seed: int, n_queries: int = 120) -> list[tuple[str, bytes]]:
 
 def feed(pipeline: Pipeline, records: list[tuple[str, bytes]]) -> None:
     for topic, raw in records:
-        pipeline.ingest(raw, topic, topic == "impressions")
+        ingest(pipeline, raw, topic, topic == "impressions")
 
 
 def changelog_replay(log: list[tuple[bytes, bytes | None]]) -> Pipeline:
@@ -102,7 +103,7 @@ def test_restore_from_checkpoints_then_carry_on_equals_never_stopping(seed: int,
     # checkpoints at the cut points into one changelog; after the last one, a restore
     log: list[tuple[bytes, bytes | None]] = []
     live = Pipeline(SETTINGS)
-    state.track(live)
+    live.record_changes()
     done = 0
     for cut in sorted(cuts):
         upto = int(cut * len(records))
@@ -118,7 +119,7 @@ def test_restore_from_checkpoints_then_carry_on_equals_never_stopping(seed: int,
 def test_checkpoint_writes_only_what_changed() -> None:
     records = raw_records(7, n_queries=400)
     p = Pipeline(SETTINGS)
-    state.track(p)
+    p.record_changes()
     feed(p, records[:-20])
     state.checkpoint_entries(p)
     feed(p, records[-20:])
@@ -130,12 +131,12 @@ def test_checkpoint_writes_only_what_changed() -> None:
 def test_deleted_keys_are_written_as_nulls_and_state_stays_bounded() -> None:
     records = raw_records(3)
     p = Pipeline(SETTINGS)
-    state.track(p)
+    p.record_changes()
     log: list[tuple[bytes, bytes | None]] = []
     feed(p, records)
     log += state.checkpoint_entries(p)
     # far later: everything settles, tombstones, keys and buckets are forgotten
-    p.ingest(orjson.dumps({"query_id": "late", "ts": T0 + 30 * 86400, "items": ["a"]}), "impressions", True)
+    ingest(p, orjson.dumps({"query_id": "late", "ts": T0 + 30 * 86400, "items": ["a"]}), "impressions", True)
     log += state.checkpoint_entries(p)
     live = state.latest([(k, v, "x") for k, v in log])
     assert set(live) == {b"q:late", b"t"}

@@ -13,85 +13,13 @@ import time
 from collections.abc import Iterable
 
 from kafka import KafkaConsumer, TopicPartition
-from kafka.admin import KafkaAdminClient, NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.errors import KafkaError
 
 from streameval import state
 from streameval.config import Settings
-from streameval.errors import InputError
-from streameval.kafka.clients import failure, restore_consumer_config
+from streameval.kafka.clients import restore_consumer_config
 
 log = logging.getLogger(__name__)
-
-#: Topic settings of a new changelog: compaction, and segments that roll often enough for
-#: compaction to keep a restore close to the size of the live state.
-CHANGELOG_CONFIGS = {
-    "cleanup.policy": "compact",
-    "segment.ms": str(10 * 60 * 1000),
-    "min.cleanable.dirty.ratio": "0.3",
-}
-
-
-def ensure_changelog(
-    admin: KafkaAdminClient, consumer: KafkaConsumer, settings: Settings, partitions: int
-) -> None:
-    """Create the changelog topic if it is missing; refuse one with another partition count."""
-    topic = settings.changelog_topic
-    existing = consumer.partitions_for_topic(topic)
-    if not existing:
-        _refuse_lost_state(admin, settings)
-        try:
-            admin.create_topics(
-                [
-                    NewTopic(
-                        topic,
-                        num_partitions=partitions,
-                        replication_factor=settings.changelog_replication_factor,
-                        topic_configs=CHANGELOG_CONFIGS,
-                    )
-                ],
-                wait_for_metadata=True,
-            )
-            log.info("created changelog topic %s with %d partition(s)", topic, partitions)
-            return
-        except TopicAlreadyExistsError:
-            existing = consumer.partitions_for_topic(topic)
-        except KafkaError as exc:
-            raise InputError(
-                f"changelog topic {topic} is missing and could not be created: {failure(exc)}; create "
-                f"it (cleanup.policy=compact, {partitions} partitions) or grant this client the right "
-                "to create topics"
-            ) from None
-    if existing and len(existing) != partitions:
-        raise InputError(
-            f"changelog topic {topic} has {len(existing)} partitions but the input topics have "
-            f"{partitions}; it belongs to another layout: use another group_id, or delete the topic "
-            "and the group's offsets to rebuild the state from the input"
-        )
-
-
-def lost_state_message(settings: Settings) -> str:
-    """What to do when the group's offsets exist but the changelog that holds its state does not."""
-    return (
-        f"the state of consumer group {settings.group_id} is lost: changelog topic "
-        f"{settings.changelog_topic} is missing (deleted?) while the group has committed offsets on "
-        "the input topics, so going on would give wrong numbers. To rebuild the state from the "
-        f"input, delete the group (kafka-consumer-groups.sh --delete --group {settings.group_id}) and "
-        "start again -- exact if the input topics still hold the records of the open queries -- or "
-        "use a new group_id (README, Guarantees)"
-    )
-
-
-def _refuse_lost_state(admin: KafkaAdminClient, settings: Settings) -> None:
-    """A missing changelog is created only for a group that has committed nothing yet."""
-    try:
-        offsets = admin.list_group_offsets(settings.group_id).get(settings.group_id, {})
-    except KafkaError as exc:
-        log.info("cannot read the offsets of group %s (%s)", settings.group_id, type(exc).__name__)
-        return
-    inputs = {settings.impressions_topic, *settings.events_topics}
-    if any(tp.topic in inputs and meta.offset >= 0 for tp, meta in offsets.items()):
-        raise InputError(lost_state_message(settings))
 
 
 class Restorer:

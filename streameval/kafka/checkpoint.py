@@ -20,8 +20,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from kafka import KafkaProducer, TopicPartition
+from kafka import KafkaProducer, OffsetAndMetadata, TopicPartition
 from kafka.errors import KafkaError, KafkaTimeoutError, MessageSizeTooLargeError, RecordListTooLargeError
+
+from streameval import state
+from streameval.kafka.partitions import PartitionState
 
 log = logging.getLogger(__name__)
 
@@ -241,3 +244,31 @@ def _too_large(exc: BaseException) -> bool:
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def commit_checkpoint(
+    transactions: Transactions,
+    changelog_topic: str,
+    partitions: dict[int, PartitionState],
+    group_metadata: Any,
+) -> int:
+    """Commits, as one transaction with what it holds already (dead-letter records), the changed
+    state of every partition that has a pipeline (active, or giving up) into its changelog
+    partition, and the input offsets it covers; returns the changelog records sent. Raises
+    CheckpointFailed (the transaction is then ended; nothing of it is visible)."""
+    offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+    owners = []
+    for p, ps in partitions.items():
+        if ps.pipeline is None or not ps.changed():
+            continue
+        moved = ps.moved_offsets()
+        owners.append((p, ps, moved))
+        for topic, offset in moved.items():
+            offsets[TopicPartition(topic, p)] = OffsetAndMetadata(offset, "", -1)
+    entries = 0
+    for p, ps, _ in owners:
+        entries += transactions.send_many(changelog_topic, p, state.checkpoint_entries(ps.pipeline))  # type: ignore[arg-type]
+    transactions.commit(offsets, group_metadata)
+    for _, ps, moved in owners:
+        ps.committed.update(moved)
+    return entries

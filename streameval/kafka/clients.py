@@ -11,13 +11,11 @@ import uuid
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
-from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.errors import (
     AuthorizationError,
     KafkaConfigurationError,
     KafkaError,
     KafkaTimeoutError,
-    TopicAlreadyExistsError,
 )
 
 from streameval.config import Settings
@@ -172,23 +170,6 @@ def transaction_timeout_ms(settings: Settings, broker_max_ms: int) -> int:
     return wanted
 
 
-def broker_max_transaction_timeout_ms(admin: KafkaAdminClient) -> int:
-    """The broker's ``transaction.max.timeout.ms`` (its default when not listed or not readable)."""
-    try:
-        brokers = admin.describe_cluster().get("brokers") or []
-        if not brokers:
-            return BROKER_MAX_TRANSACTION_TIMEOUT_MS
-        broker = str(brokers[0]["broker_id"])
-        described = admin.describe_configs(
-            [ConfigResource(ConfigResourceType.BROKER, broker, ["transaction.max.timeout.ms"])]
-        )
-        value = described.get("broker", {}).get(broker, {}).get("transaction.max.timeout.ms", {}).get("value")
-    except (KafkaError, AttributeError, TypeError, KeyError) as exc:
-        log.info("cannot read transaction.max.timeout.ms (%s); assuming Kafka's default", type(exc).__name__)
-        return BROKER_MAX_TRANSACTION_TIMEOUT_MS
-    return int(value) if isinstance(value, str) and value.isdigit() else BROKER_MAX_TRANSACTION_TIMEOUT_MS
-
-
 def make_producer(
     settings: Settings, txn_id: str, timeout_ms: int = MIN_TRANSACTION_TIMEOUT_MS
 ) -> KafkaProducer:
@@ -227,62 +208,6 @@ def make_admin(settings: Settings) -> KafkaAdminClient:
     return _connect(
         "admin client", KafkaAdminClient, settings, **_common(settings), **_table(settings, exclude)
     )
-
-
-def check_topics(settings: Settings, consumer: KafkaConsumer) -> int:
-    """The input topics must exist and be co-partitioned; returns their partition count."""
-    counts: dict[str, int] = {}
-    missing = []
-    for topic in (settings.impressions_topic, *settings.events_topics):
-        partitions = consumer.partitions_for_topic(topic)
-        if not partitions:
-            missing.append(topic)
-        else:
-            counts[topic] = len(partitions)
-    if missing:
-        raise InputError(
-            f"input topic(s) {', '.join(missing)} do not exist on {settings.bootstrap_servers}; "
-            "create them with the same partition count as the others"
-        )
-    if len(set(counts.values())) > 1:
-        described = ", ".join(f"{t}: {n}" for t, n in counts.items())
-        raise InputError(
-            f"the input topics are not co-partitioned ({described} partitions); impressions and "
-            "events must be keyed by query_id into topics with the same partition count"
-        )
-    return next(iter(counts.values()))
-
-
-def max_message_bytes(admin: KafkaAdminClient, settings: Settings, topic: str) -> int:
-    """The largest record ``topic`` takes from our producer: the smaller of the producer's
-    ``max_request_size`` and the topic's ``max.message.bytes`` (when it can be read)."""
-    limit = int(settings.kafka.get("max_request_size", 1_048_576))
-    try:
-        described = admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, topic, ["max.message.bytes"])]
-        )
-        value = described.get("topic", {}).get(topic, {}).get("max.message.bytes", {}).get("value")
-    except (KafkaError, AttributeError, TypeError) as exc:
-        log.info("cannot read max.message.bytes of %s (%s); assuming %d", topic, type(exc).__name__, limit)
-        return limit
-    # no value listed: the topic has no override, and the broker's default is above the producer's
-    return min(limit, int(value)) if isinstance(value, str) and value.isdigit() else limit
-
-
-def ensure_topic(admin: KafkaAdminClient, topic: str, partitions: int) -> None:
-    """Create a topic (replication 1 is not forced: the broker default applies) if it is missing.
-
-    Only if it is missing: a broker with an authorizer refuses a create request from a client
-    without the right to create topics even when the topic exists."""
-    try:
-        if topic in admin.list_topics():
-            return
-        admin.create_topics([NewTopic(topic, num_partitions=partitions)], wait_for_metadata=True)
-        log.info("created topic %s with %d partition(s)", topic, partitions)
-    except TopicAlreadyExistsError:
-        pass
-    except KafkaError as exc:
-        raise InputError(f"topic {topic} is missing and could not be created: {failure(exc)}") from None
 
 
 def failure(exc: KafkaError) -> str:

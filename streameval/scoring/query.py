@@ -18,10 +18,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streameval.scoring import ap, ndcg, rates
+from streameval.scoring import ap, ndcg
+from streameval.scoring.measures import MEASURES, Params
 from streameval.scoring.spec import MetricSpec
 
-_AP, _WAP, _NDCG, _RECALL, _PRECISION, _MRR = range(6)
+_NUMERATOR = {"": 0, "ap": 1, "dcg": 2}  # which of a query's numerators a measure reads
 
 
 @dataclass(frozen=True)
@@ -141,18 +142,19 @@ class Scorer:
     def __init__(self, params: ScoringParams) -> None:
         self.params = params
         self.metrics = params.metrics
-        self.ap_ks = sorted({m.k for m in params.metrics if m.name in ("map", "wmap")})
-        self.dcg_ks = sorted({m.k for m in params.metrics if m.name == "ndcg"})
-        self._ap_index = {k: i for i, k in enumerate(self.ap_ks)}
-        self._dcg_index = {k: i for i, k in enumerate(self.dcg_ks)}
-        kinds = {"map": _AP, "wmap": _WAP, "ndcg": _NDCG, "recall": _RECALL, "precision": _PRECISION}
+        self.measures = [MEASURES[m.name] for m in params.metrics]
+        self.definitions = Params(params.ap_denominator, params.ndcg_gain)
+        self.ap_ks = sorted({m.k for m in params.metrics if MEASURES[m.name].state == "ap"})
+        self.dcg_ks = sorted({m.k for m in params.metrics if MEASURES[m.name].state == "dcg"})
+        index = {
+            "": {},
+            "ap": {k: i for i, k in enumerate(self.ap_ks)},
+            "dcg": {k: i for i, k in enumerate(self.dcg_ks)},
+        }
+        # one step per metric: its read, its k, which numerator it reads and where
         self._plan = [
-            (
-                kinds.get(m.name, _MRR),
-                m.k,
-                self._dcg_index[m.k] if m.name == "ndcg" else self._ap_index.get(m.k, -1),
-            )
-            for m in params.metrics
+            (measure.read, m.k, _NUMERATOR[measure.state], index[measure.state].get(m.k, -1))
+            for m, measure in zip(params.metrics, self.measures, strict=True)
         ]
         self._once: dict[_Signature, tuple[int, tuple[float, ...]]] = {}
         # what every new query starts from (tuples: shared, and copied before a change)
@@ -179,41 +181,33 @@ class Scorer:
         if rank is None and p.unshown_items == "ignore":
             return False
         was_relevant = old is not None and old >= p.min_grade
-        ideal = state.ideal
-        if type(ideal) is tuple:
-            ideal = state.ideal = list(ideal)
-        assert isinstance(ideal, list)
-        if old is not None and was_relevant:
-            del ideal[bisect.bisect_left(ideal, old)]
-        bisect.insort(ideal, grade)
+        _regrade(state, old if was_relevant else None, grade)
         if rank is None:
             return True
         if not was_relevant:
-            hits = state.hits
-            if type(hits) is tuple:
-                hits = state.hits = list(hits)
-            assert isinstance(hits, list)
-            position = bisect.bisect_left(hits, rank)
-            hits.insert(position, rank)
-            if self.ap_ks:
-                ap_num = state.ap_num
-                if type(ap_num) is tuple:
-                    ap_num = state.ap_num = list(ap_num)
-                assert isinstance(ap_num, list)
-                for i, k in enumerate(self.ap_ks):
-                    ap_num[i] += ap.add_hit(hits, position, rank, k)
+            self._add_hit(state, rank)
         if self.dcg_ks:
-            gain_delta = ndcg.gain(grade, p.ndcg_gain) - (
-                ndcg.gain(old, p.ndcg_gain) if was_relevant and old is not None else 0.0
-            )
-            dcg = state.dcg
-            if type(dcg) is tuple:
-                dcg = state.dcg = list(dcg)
-            assert isinstance(dcg, list)
-            for i, k in enumerate(self.dcg_ks):
-                if rank <= k:
-                    dcg[i] += gain_delta * ndcg.discount(rank)
+            self._add_gain(state, rank, old if was_relevant else None, grade)
         return True
+
+    def _add_hit(self, state: QueryScore, rank: int) -> None:
+        """A shown item became relevant: its rank joins the hits, and each AP numerator grows."""
+        hits = state.hits = _own(state.hits)
+        position = bisect.bisect_left(hits, rank)
+        hits.insert(position, rank)
+        if self.ap_ks:
+            ap_num = state.ap_num = _own(state.ap_num)
+            for i, k in enumerate(self.ap_ks):
+                ap_num[i] += ap.add_hit(hits, position, rank, k)
+
+    def _add_gain(self, state: QueryScore, rank: int, old: float | None, grade: float) -> None:
+        """A shown relevant item's grade rose (from ``old``, None: not relevant before)."""
+        kind = self.params.ndcg_gain
+        gain_delta = ndcg.gain(grade, kind) - (ndcg.gain(old, kind) if old is not None else 0.0)
+        dcg = state.dcg = _own(state.dcg)
+        for i, k in enumerate(self.dcg_ks):
+            if rank <= k:
+                dcg[i] += gain_delta * ndcg.discount(rank)
 
     def values(self, state: QueryScore) -> tuple[float, ...] | None:
         """Every configured metric of one query, in config order; None when |G| = 0."""
@@ -230,26 +224,12 @@ class Scorer:
     ) -> tuple[float, ...]:
         """The metrics from a query's hit ranks (ascending), its relevant grades (ascending, not
         empty), one AP numerator per AP cut-off and one DCG per NDCG cut-off."""
-        n_rel = len(ideal)
+        definitions = self.definitions
         out = []
         # one step per metric, prepared in __init__ (this runs on every change of every query)
-        for kind, k, index in self._plan:
-            hits_k = bisect.bisect_right(hits, k)
-            if kind == _AP or kind == _WAP:
-                d = ap.denominator(self.params.ap_denominator, n_rel, k, hits_k)
-                value = ap_num[index] / d if d else 0.0
-                if kind == _WAP:
-                    value *= n_rel
-            elif kind == _NDCG:
-                idcg = ndcg.ideal_dcg(ideal, k, self.params.ndcg_gain)
-                value = dcg[index] / idcg if idcg > 0 else 0.0
-            elif kind == _RECALL:
-                value = hits_k / n_rel
-            elif kind == _PRECISION:
-                value = hits_k / k
-            else:  # mrr
-                value = 1.0 / hits[0] if hits_k else 0.0
-            out.append(value)
+        for read, k, numerator, index in self._plan:
+            num = ap_num[index] if numerator == 1 else dcg[index] if numerator == 2 else 0.0
+            out.append(read(definitions, k, hits, bisect.bisect_right(hits, k), ideal, num))
         return tuple(out)
 
     def values_once(
@@ -324,21 +304,20 @@ class Scorer:
         relevant = self.relevant_set(items, grades)
         if not relevant:
             return None
-        out: list[float] = []
-        for metric in self.metrics:
-            k = metric.k
-            # relevant is not empty, so no function below returns None
-            if metric.name in ("map", "wmap"):
-                value = ap.average_precision(items, relevant, k, self.params.ap_denominator) or 0.0
-                if metric.name == "wmap":
-                    value *= len(relevant)
-            elif metric.name == "ndcg":
-                value = ndcg.ndcg(items, relevant, k, self.params.ndcg_gain) or 0.0
-            elif metric.name == "recall":
-                value = rates.recall(items, relevant, k) or 0.0
-            elif metric.name == "precision":
-                value = rates.precision(items, relevant, k) or 0.0
-            else:
-                value = rates.reciprocal_rank(items, relevant, k) or 0.0
-            out.append(value)
-        return tuple(out)
+        return tuple(
+            measure.from_scratch(self.definitions, items, relevant, metric.k)
+            for metric, measure in zip(self.metrics, self.measures, strict=True)
+        )
+
+
+def _own(values: Sequence[Any]) -> list[Any]:
+    """A query's own list of these values: a shared tuple is copied at the query's first change."""
+    return list(values) if type(values) is tuple else values  # type: ignore[return-value]
+
+
+def _regrade(state: QueryScore, old: float | None, grade: float) -> None:
+    """The relevant grades (ascending) with ``old`` (None: not relevant before) replaced by ``grade``."""
+    ideal = state.ideal = _own(state.ideal)
+    if old is not None:
+        del ideal[bisect.bisect_left(ideal, old)]
+    bisect.insort(ideal, grade)

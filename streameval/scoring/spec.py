@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-#: Every metric family streameval computes, in report order.
-METRIC_NAMES = ("map", "wmap", "ndcg", "recall", "precision", "mrr")
+from streameval.scoring.measures import MEASURES
+
+#: Every metric family streameval computes, in report order (README, Metrics of one query).
+METRIC_NAMES = tuple(MEASURES)
 
 _SPEC_RE = re.compile(r"^([a-z]+)@([0-9]+)$")
 

@@ -18,6 +18,7 @@ import operator
 from collections.abc import Sequence
 from typing import Any
 
+from streameval.scoring.measures import MEASURES
 from streameval.scoring.spec import MetricSpec
 
 
@@ -91,12 +92,16 @@ class Sums:
         """The mean of each metric (MAP, mean NDCG, ...), None where no query counts."""
         out: list[float | None] = []
         for i, metric in enumerate(metrics):
-            if metric.name == "wmap":
-                count = self.relevant_items
-            else:
-                count = self.with_relevant if no_relevant == "skip" else self.queries
+            count = self.count(metric, no_relevant)
             out.append(self.sums[i] / count if count else None)
         return out
+
+    def count(self, metric: MetricSpec, no_relevant: str) -> int:
+        """The denominator of a metric's mean: the relevant items for a weighted one, else the
+        queries counted (with a relevant item, or all under ``no_relevant = "zero"``)."""
+        if MEASURES[metric.name].weighted:
+            return self.relevant_items
+        return self.with_relevant if no_relevant == "skip" else self.queries
 
     def to_dict(self) -> dict[str, Any]:
         return {

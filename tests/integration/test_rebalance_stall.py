@@ -16,7 +16,7 @@ import uuid
 from kafka import KafkaConsumer
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from streameval.kafka.loop import keep_join_awaited
+from streameval.kafka.compat import keep_join_awaited
 
 
 def test_a_leader_that_rejoins_first_takes_its_assignment(bootstrap: str, admin: KafkaAdminClient) -> None:

@@ -1,0 +1,91 @@
+"""The workarounds for kafka-python 3.0.12's internals, in one place.
+
+Each one reaches into the client's private attributes, guarded so that a client without them is
+left alone; ``tests/test_compat.py`` holds each to the internals it relies on, and fails when a
+kafka-python release changes them (then check whether the workaround is still needed).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kafka import KafkaConsumer
+from kafka.coordinator.base import MemberState
+
+
+def poll(consumer: KafkaConsumer, timeout_ms: int, broker_silent: bool) -> Any:
+    """``consumer.poll(timeout_ms)``; while the broker does not answer, a poll without waiting
+    and the wait here instead: kafka-python's poll() then spins inside its timeout (a full core
+    with a hung broker)."""
+    if broker_silent:
+        batches = consumer.poll(timeout_ms=0)
+        if not batches:
+            time.sleep(timeout_ms / 1000)
+        return batches
+    return consumer.poll(timeout_ms=timeout_ms)
+
+
+def rejoining(consumer: KafkaConsumer) -> bool:
+    """Whether the member is rebalancing (its generation is about to end)."""
+    return getattr(consumer.group_metadata(), "state", None) is MemberState.REBALANCING
+
+
+def release_parked_fetches(consumer: KafkaConsumer) -> None:
+    """Let a resumed partition's parked records be restored.
+
+    The fetcher parks the records it fetched for a paused partition (KAFKA-7548) and does not
+    fetch that partition again while they are parked. After resume() it restores them only when
+    its current record set ``is None``, but an exhausted record set stays in place and is merely
+    falsy: the partition would stay stuck. Everywhere else the fetcher treats a falsy record set
+    as "none", so replacing an exhausted one by None changes nothing else.
+    """
+    fetcher = getattr(consumer, "_fetcher", None)
+    if fetcher is None or not getattr(fetcher, "_paused_partition_records", None):
+        return
+    current = getattr(fetcher, "_next_partition_records", None)
+    if current is not None and not current:
+        fetcher._next_partition_records = None
+
+
+class _AwaitedJoin:
+    """A group join that a poll gave up waiting for, shown to the next poll as still running, so
+    that the next poll awaits it (and takes its result) whether or not it has finished since."""
+
+    __slots__ = ("task",)
+    is_done = False  # what kafka-python's join loop reads to decide to send a new JoinGroup
+
+    def __init__(self, task: Any) -> None:
+        self.task = task
+
+    def add_callback(self, f: Any, *args: Any, **kwargs: Any) -> _AwaitedJoin:
+        self.task.add_callback(f, *args, **kwargs)
+        return self
+
+    def add_errback(self, f: Any, *args: Any, **kwargs: Any) -> _AwaitedJoin:
+        self.task.add_errback(f, *args, **kwargs)
+        return self
+
+    def __await__(self) -> Any:
+        return self.task.__await__()
+
+
+def keep_join_awaited(consumer: KafkaConsumer) -> None:
+    """Make the next poll await a group join that outlived this poll (README, Guarantees).
+
+    A poll waits for the group join (JoinGroup, then SyncGroup) at most its own timeout and leaves
+    the join running for the next poll. kafka-python's next poll awaits it only while the task
+    is not done and a rejoin is still needed; otherwise it sends a new JoinGroup or none, and
+    either way drops the assignment that join brought: the member stays "rejoining", and as
+    the group's leader it starts a new rebalance on every poll. So after each poll the running
+    join is wrapped to look not done, and the rejoin is marked as needed until the join's result
+    is taken (the client clears the flag then). The incidents behind this are in
+    ``benchmarks/README.md`` ("kafka-python's rebalance that never ends").
+    """
+    coordinator = getattr(consumer, "_coordinator", None)
+    task = getattr(coordinator, "_join_task", None)
+    if task is None or not hasattr(task, "add_errback") or not hasattr(coordinator, "rejoin_needed"):
+        return
+    coordinator.rejoin_needed = True  # type: ignore[union-attr]
+    if not isinstance(task, _AwaitedJoin):
+        coordinator._join_task = _AwaitedJoin(task)  # type: ignore[union-attr]

@@ -1,0 +1,43 @@
+"""The group's side of the loop: the member's state, and what a rebalance leaves to do."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from kafka import ConsumerRebalanceListener
+
+
+class Membership(enum.Enum):
+    JOINING = "joining"  # subscribed; no assignment taken yet
+    MEMBER = "member"  # an assignment taken (perhaps an empty one)
+    CLOSING = "closing"  # the final checkpoint is being, or has been, taken
+
+
+class Rebalanced(enum.IntEnum):
+    """What a rebalance left for the loop to do after the poll; a later one never lowers it."""
+
+    NOTHING = 0
+    REASSIGNED = 1  # partitions given up or added: follow the assignment
+    LOST = 2  # the membership expired: nothing can be committed, rewind everything
+
+
+class Rebalance(ConsumerRebalanceListener):
+    """Tells the loop (a :class:`~streameval.kafka.loop.ConsumerLoop`) what a rebalance did.
+    Called inside ``poll()`` (and ``close()``), on the client's I/O thread while the main thread
+    waits for that call, so the state is never changed under it."""
+
+    def __init__(self, loop: Any) -> None:
+        self.loop = loop
+
+    def on_partitions_revoked(self, revoked: Any) -> None:
+        # Cooperative (KIP-429): this runs before the member rejoins for the follow-up rebalance
+        # that hands these partitions to their next owner -- the one moment a checkpoint of them
+        # is sure to commit (or be fenced) before that owner reads the committed offsets.
+        self.loop.give_up({tp.partition for tp in revoked})
+
+    def on_partitions_assigned(self, assigned: Any) -> None:
+        self.loop.note(Rebalanced.REASSIGNED)
+
+    def on_partitions_lost(self, lost: Any) -> None:
+        self.loop.note(Rebalanced.LOST)

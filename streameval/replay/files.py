@@ -1,0 +1,173 @@
+"""The input files of a replay: decoded line by line, or cut at line ends into parts."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, BinaryIO, NamedTuple
+
+from streameval.config import Settings
+from streameval.decoding import Decoder
+from streameval.errors import InputError
+from streameval.records import Ignored, ImpressionFields, Rejection
+from streameval.replay.progress import Progress
+from streameval.scoring.query import compact
+
+#: one tuple per group: the labels every query of the group holds
+Labels = dict[tuple[str, ...], tuple[str, ...]]
+
+
+class Source(NamedTuple):
+    """An input file, the topic its records count under, and their decoder."""
+
+    path: str
+    topic: str
+    decode: Callable[[bytes], Any]
+
+
+def sources(
+    settings: Settings, decoder: Decoder, impressions: str, events: Sequence[str], labels: Labels
+) -> list[Source]:
+    """The impressions file first, then each events file (its topic: the file's name without
+    its extension)."""
+    found = [Source(impressions, settings.impressions_topic, _impression_decoder(decoder, labels))]
+    for path in events:
+        topic = Path(path).stem
+        found.append(Source(path, topic, functools.partial(decoder.event, topic=topic)))
+    return found
+
+
+def _impression_decoder(
+    decoder: Decoder, shared_labels: Labels
+) -> Callable[[bytes], ImpressionFields | Rejection]:
+    """Decodes an impression, its shown list compacted and its group labels one tuple per group,
+    in ``shared_labels`` (held by all its queries, and sent once in a batch of records: marshal
+    writes an object it has written before as a reference)."""
+    impression = decoder.impression
+
+    def decode(raw: bytes) -> ImpressionFields | Rejection:
+        # the shown list as the join keeps it (compact), made where the records are decoded
+        fields = impression(raw)
+        if type(fields) is Rejection:
+            return fields
+        query_id, ts, items, group = fields  # type: ignore[misc]
+        return query_id, ts, compact(items), shared_labels.setdefault(group, group)  # type: ignore[return-value]
+
+    return decode
+
+
+class Decoding:
+    """Decodes the lines of the input files, counting each as consumed and each bad one as
+    rejected by its reason, and yields the good records. Blank lines are not records."""
+
+    def __init__(
+        self,
+        progress: Progress,
+        consumed: Counter[str] | None = None,
+        rejected: Counter[tuple[str, str]] | None = None,
+        ignored: Counter[tuple[str, str]] | None = None,
+    ) -> None:
+        self.progress = progress
+        self.consumed: Counter[str] = Counter() if consumed is None else consumed
+        self.rejected: Counter[tuple[str, str]] = Counter() if rejected is None else rejected
+        self.ignored: Counter[tuple[str, str]] = Counter() if ignored is None else ignored
+        self.read = 0  # lines read, for the progress lines
+
+    def records(self, sources: Sequence[Source]) -> Iterator[Any]:
+        """The good records of these files, one after the other."""
+        for source in sources:
+            yield from self.part(source, 0, None)
+
+    def part(self, source: Source, start: int, end: int | None) -> Iterator[Any]:
+        """The good records of the lines from byte ``start`` to ``end`` (None: the end of the file)."""
+        if end is not None and end <= start:
+            return
+        topic, decode = source.topic, source.decode
+        progress, mask, rejected = self.progress, self.progress.mask, self.rejected
+        read = self.read
+        try:
+            with open(source.path, "rb") as handle:
+                lines: Iterable[bytes] = handle
+                if end is not None:
+                    lines = itertools.islice(handle, count_lines(handle, start, end))
+                handle.seek(start)
+                for raw in lines:
+                    if raw.isspace():  # blank lines are not records (JSON allows the line end)
+                        continue
+                    read += 1
+                    if not read & mask:
+                        progress.update("read", read)
+                    record = decode(raw)
+                    if type(record) is Rejection:
+                        rejected[(topic, record.reason)] += 1
+                    elif type(record) is Ignored:
+                        self.ignored[(topic, record.type)] += 1
+                    else:
+                        yield record
+        except OSError as exc:
+            raise unreadable(source.path, exc) from None
+        self.consumed[topic] += read - self.read
+        self.read = read
+
+    def counts(self) -> tuple[dict[str, int], dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+        """The counts as plain dicts (to send to another process)."""
+        return dict(self.consumed), dict(self.rejected), dict(self.ignored)
+
+    def add(
+        self, counts: tuple[dict[str, int], dict[tuple[str, str], int], dict[tuple[str, str], int]]
+    ) -> None:
+        """Adds another process's :meth:`counts`."""
+        consumed, rejected, ignored = counts
+        self.consumed.update(consumed)
+        self.rejected.update(rejected)
+        self.ignored.update(ignored)
+
+
+def check_inputs(paths: Iterable[str]) -> None:
+    """InputError for the first path that is not a file."""
+    for path in paths:
+        if not Path(path).is_file():
+            raise InputError(f"{path}: no such file" if not Path(path).exists() else f"{path}: not a file")
+
+
+def unreadable(path: str, exc: OSError) -> InputError:
+    """The error for an input file that cannot be read, when cutting it or reading it."""
+    return InputError(f"{path}: cannot be read ({exc.strerror})")
+
+
+def cuts(path: str, parts: int) -> list[int]:
+    """``parts + 1`` byte offsets that cut the file at line ends into parts of about equal size."""
+    found = [0]
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as handle:
+            for part in range(1, parts):
+                at = size * part // parts
+                if at <= found[-1]:
+                    found.append(found[-1])
+                    continue
+                handle.seek(at - 1)
+                handle.readline()  # to the end of the line that holds byte at - 1
+                found.append(handle.tell())
+    except OSError as exc:
+        raise unreadable(path, exc) from None
+    found.append(max(size, found[-1]))
+    return found
+
+
+def count_lines(handle: BinaryIO, start: int, end: int) -> int:
+    """The lines from byte ``start`` to ``end``: the line ends, and one more for a last line
+    without one (the end of a file)."""
+    handle.seek(start)
+    count, left, block = 0, end - start, b""
+    while left > 0:
+        block = handle.read(min(left, 1 << 20))
+        if not block:
+            break
+        count += block.count(b"\n")
+        left -= len(block)
+    return count + (not block.endswith(b"\n") and bool(block))

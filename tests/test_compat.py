@@ -1,0 +1,110 @@
+"""The kafka-python workarounds (streameval/kafka/compat.py), each held to the client internals
+it relies on. A failure here after a kafka-python upgrade means an internal changed: check
+whether the workaround is still needed, and adapt or remove it (README, Guarantees)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from kafka import KafkaConsumer
+from kafka.consumer.fetcher import Fetcher
+from kafka.coordinator.base import BaseCoordinator, MemberState
+
+from streameval.kafka import compat
+
+
+@pytest.fixture
+def consumer():
+    # with api_version given, the client builds without a broker (nothing is sent until a poll)
+    consumer = KafkaConsumer(bootstrap_servers="127.0.0.1:1", api_version=(2, 5, 0), group_id="compat-test")
+    yield consumer
+    consumer.close(autocommit=False)
+
+
+def _source(function) -> str:
+    return " ".join(inspect.getsource(function).split())
+
+
+def test_the_fetcher_restores_parked_records_only_when_its_record_set_is_none(consumer) -> None:
+    fetcher = consumer._fetcher
+    assert isinstance(fetcher, Fetcher)
+    assert fetcher._next_partition_records is None
+    assert fetcher._paused_partition_records == {}
+    source = _source(Fetcher.fetched_records)
+    # the condition the workaround satisfies, and the falsy test used everywhere else
+    assert (
+        "if self._next_partition_records is None: for tp in list(self._paused_partition_records):" in source
+    )
+    assert "if not self._next_partition_records:" in source
+
+
+def test_an_exhausted_record_set_is_replaced_by_none_only_while_records_are_parked(consumer) -> None:
+    class Exhausted:
+        def __bool__(self) -> bool:
+            return False
+
+    fetcher = consumer._fetcher
+    fetcher._next_partition_records = exhausted = Exhausted()
+    compat.release_parked_fetches(consumer)
+    assert fetcher._next_partition_records is exhausted  # nothing parked: left alone
+    fetcher._paused_partition_records = {"tp": object()}
+    compat.release_parked_fetches(consumer)
+    assert fetcher._next_partition_records is None
+    fetcher._paused_partition_records = {}
+
+
+def test_the_join_loop_sends_a_new_join_when_the_task_is_done_and_awaits_it_while_a_rejoin_is_needed(
+    consumer,
+) -> None:
+    coordinator = consumer._coordinator
+    assert isinstance(coordinator, BaseCoordinator)
+    assert coordinator._join_task is None
+    assert hasattr(coordinator, "rejoin_needed")
+    source = _source(BaseCoordinator.join_group_async)
+    assert "while self.need_rejoin():" in source
+    assert "if self._join_task is None or self._join_task.is_done:" in source
+    assert "self._manager.wait_for( self._join_task, timer.timeout_ms)" in source
+    assert "self.rejoin_needed = False" in source  # cleared when the join's result is taken
+    assert "self.rejoin_needed" in _source(BaseCoordinator.need_rejoin)
+
+
+def test_a_running_join_is_wrapped_to_look_not_done_and_a_rejoin_marked_needed(consumer) -> None:
+    class Task:
+        is_done = True
+
+        def add_errback(self, *args):
+            return self
+
+    coordinator = consumer._coordinator
+    compat.keep_join_awaited(consumer)
+    assert coordinator._join_task is None  # no join running: nothing to do
+    coordinator.rejoin_needed = False
+    task = Task()
+    coordinator._join_task = task
+    compat.keep_join_awaited(consumer)
+    wrapped = coordinator._join_task
+    assert wrapped is not task and wrapped.task is task and wrapped.is_done is False
+    assert coordinator.rejoin_needed is True
+    compat.keep_join_awaited(consumer)
+    assert coordinator._join_task is wrapped  # wrapped once
+    coordinator._join_task = None
+
+
+def test_the_group_metadata_says_when_the_member_is_rebalancing(consumer) -> None:
+    assert hasattr(MemberState, "REBALANCING")
+    assert hasattr(consumer.group_metadata(), "state")
+    assert compat.rejoining(consumer) is (consumer.group_metadata().state is MemberState.REBALANCING)
+
+
+def test_poll_waits_itself_while_the_broker_is_silent() -> None:
+    calls = []
+
+    class Consumer:
+        def poll(self, timeout_ms):
+            calls.append(timeout_ms)
+            return {}
+
+    assert compat.poll(Consumer(), 10, broker_silent=False) == {}
+    assert compat.poll(Consumer(), 10, broker_silent=True) == {}
+    assert calls == [10, 0]

@@ -1,0 +1,233 @@
+"""The consumer loop's decisions against fake clients (tests/fakes.py): the phases of a partition,
+checkpoints, rebalances, rewinds, flow control, end offsets. The same loop on the real broker:
+tests/integration."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from kafka import TopicPartition
+
+from streameval.config import load_settings
+from streameval.kafka.ends import END_OFFSETS_INTERVAL_S, END_OFFSETS_MAX_BACKOFF_S, EndOffsets
+from streameval.kafka.flow import PAUSE_ABOVE, RESUME_BELOW, FlowControl
+from streameval.kafka.loop import ConsumerLoop, Membership, Rebalanced
+from streameval.kafka.partitions import PartitionState, Phase
+from streameval.kafka.placement import Placement
+from tests.fakes import Cluster, FakeConsumer, FakeRestorer, FakeTransactions
+
+T0 = 1_700_000_000.0
+TOPICS = {"impressions": 2, "clicks": 2}
+
+
+def settings(**overrides):
+    return load_settings(None, {}, {"events_topics": ["clicks"], "commit_interval": "1s", **overrides})
+
+
+def make_loop(cluster: Cluster, **kwargs):
+    consumer = FakeConsumer(cluster)
+    transactions = FakeTransactions(cluster)
+    restorer = FakeRestorer(cluster)
+    loop = ConsumerLoop(settings(), consumer, transactions, restorer, wall_clock=lambda: T0 + 3600, **kwargs)
+    loop.subscribe()
+    return loop, consumer, transactions, restorer
+
+
+def inputs(*partitions: int) -> set[TopicPartition]:
+    return {TopicPartition(t, p) for p in partitions for t in TOPICS}
+
+
+def write_queries(cluster: Cluster, n: int, ts: float = T0) -> None:
+    """n queries, each in the partition murmur2 of its id gives, with one click each."""
+    placement = Placement(2)
+    for i in range(n):
+        qid = f"q{i}"
+        p = placement.partition_of(qid)
+        cluster.produce("impressions", p, orjson.dumps({"query_id": qid, "ts": ts + i, "items": ["a", "b"]}))
+        click = {"query_id": qid, "item": "b", "type": "click", "ts": ts + i + 1}
+        cluster.produce("clicks", p, orjson.dumps(click))
+
+
+def rounds(loop: ConsumerLoop, n: int = 5) -> int:
+    return sum(loop.run_once() for _ in range(n))
+
+
+def assign(loop, consumer, *partitions: int) -> None:
+    consumer.rebalance(inputs(*partitions))
+    loop.run_once()  # the poll that rebalances
+
+
+def test_an_assigned_partition_goes_from_awaiting_offsets_through_restoring_to_active() -> None:
+    cluster = Cluster(TOPICS)
+    loop, consumer, _, restorer = make_loop(cluster)
+    assert loop.membership is Membership.JOINING and not loop.ready
+    restorer.offsets_unavailable = 2  # the first asks (one per partition) find a transaction open
+    assign(loop, consumer, 0, 1)
+    assert loop.membership is Membership.MEMBER
+    assert {p: ps.phase for p, ps in loop.partitions.items()} == {
+        0: Phase.AWAITING_OFFSETS,
+        1: Phase.AWAITING_OFFSETS,
+    }
+    assert consumer.paused == inputs(0, 1)  # nothing is read before the state is back
+    assert not loop.ready
+    loop.run_once()  # offsets unavailable: asked again next round
+    assert all(ps.phase is Phase.AWAITING_OFFSETS for ps in loop.partitions.values())
+    loop.run_once()
+    assert all(ps.phase is Phase.ACTIVE for ps in loop.partitions.values())
+    assert consumer.paused == set() and loop.ready
+    assert consumer.positions == {tp: 0 for tp in inputs(0, 1)}  # nothing committed: the beginning
+
+
+def test_phases_move_only_forward_along_their_transitions() -> None:
+    cluster = Cluster(TOPICS)
+    loop, *_ = make_loop(cluster)
+    ps = PartitionState(aligner=None)  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="from awaiting offsets to active"):
+        ps.restored(None)  # type: ignore[arg-type]
+    ps.offsets_known({"impressions": 5, "clicks": None})
+    assert ps.phase is Phase.RESTORING and ps.committed == {"impressions": 5}
+    with pytest.raises(RuntimeError):
+        ps.offsets_known({})
+    ps.revoke()
+    assert ps.phase is Phase.GIVING_UP
+    ps.revoke()  # the listener may be told twice before the rewind
+
+
+def test_records_are_processed_and_a_checkpoint_commits_their_offsets_with_the_state() -> None:
+    cluster = Cluster(TOPICS)
+    write_queries(cluster, 20)
+    loop, consumer, transactions, _ = make_loop(cluster)
+    assign(loop, consumer, 0, 1)
+    assert rounds(loop) == 40
+    loop.checkpoint()
+    assert cluster.committed == {tp: len(cluster.logs[tp]) for tp in inputs(0, 1)}
+    assert cluster.changelog  # the state went with them
+    commits = len(transactions.commits)
+    loop.checkpoint()  # nothing changed since: no transaction
+    assert len(transactions.commits) == commits
+    view = loop.publish(force=True)
+    assert view.snapshot.counters.attributed == 20
+    assert sum(view.consumer_lag.values()) == 0
+
+
+def test_a_restart_resumes_from_the_checkpoint_with_the_same_state() -> None:
+    cluster = Cluster(TOPICS)
+    write_queries(cluster, 20)
+    loop, consumer, _, _ = make_loop(cluster)
+    assign(loop, consumer, 0, 1)
+    rounds(loop)
+    assert loop.close()
+    before = loop.publish(force=True).snapshot.counters.attributed
+    write_queries(cluster, 10, ts=T0 + 100)  # more while it was away (ids q0..q9 again: duplicates)
+    loop2, consumer2, _, _ = make_loop(cluster)
+    assign(loop2, consumer2, 0, 1)
+    rounds(loop2)
+    assert {tp: consumer2.positions[tp] for tp in inputs(0, 1)} == {
+        tp: len(cluster.logs[tp]) for tp in inputs(0, 1)
+    }
+    counters = loop2.publish(force=True).snapshot.counters
+    # restored: the new impressions are copies of open queries, which their clicks then count for
+    assert counters.duplicates["impressions"] == 10
+    assert counters.attributed == before + 10
+
+
+def test_partitions_given_up_are_checkpointed_before_they_are_dropped() -> None:
+    cluster = Cluster(TOPICS)
+    write_queries(cluster, 20)
+    loop, consumer, transactions, _ = make_loop(cluster)
+    assign(loop, consumer, 0, 1)
+    rounds(loop)
+    assign(loop, consumer, 0)  # partition 1 goes to another member
+    assert set(loop.partitions) == {0}
+    assert all(cluster.committed[tp] == len(cluster.logs[tp]) for tp in inputs(1))
+    assert loop.rebalanced is Rebalanced.NOTHING and loop.ready
+
+
+def test_a_failed_checkpoint_while_giving_up_rewinds_every_partition() -> None:
+    cluster = Cluster(TOPICS)
+    write_queries(cluster, 20)
+    loop, consumer, transactions, _ = make_loop(cluster)
+    assign(loop, consumer, 0, 1)
+    rounds(loop)
+    transactions.fail_next_commit = True
+    assign(loop, consumer, 0)
+    # the failure is raised after the poll and rewinds: partition 0 restarts from its checkpoint
+    assert set(loop.partitions) == {0}
+    assert loop.partitions[0].phase is Phase.AWAITING_OFFSETS
+    assert loop.view is not None and loop.view.ops.checkpoint_failures == 1
+    rounds(loop)
+    assert loop.partitions[0].active
+
+
+def test_lost_partitions_abort_the_transaction_and_restart_from_the_checkpoint() -> None:
+    cluster = Cluster(TOPICS)
+    write_queries(cluster, 20)
+    loop, consumer, transactions, _ = make_loop(cluster)
+    assign(loop, consumer, 0, 1)
+    loop.run_once()  # offsets and restore
+    loop.run_once()  # the first records, not checkpointed
+    consumer.lose_next = True
+    loop.run_once()
+    assert loop.rebalanced is Rebalanced.LOST
+    assign(loop, consumer, 0, 1)  # rewinds first, then takes the new assignment
+    assert loop.rebalanced is Rebalanced.NOTHING
+    rounds(loop)
+    assert loop.publish(force=True).snapshot.counters.attributed == 20  # nothing counted twice
+
+
+def test_records_placed_elsewhere_than_murmur2_puts_them_are_counted_misrouted() -> None:
+    cluster = Cluster(TOPICS)
+    write_queries(cluster, 10)
+    placement = Placement(2)
+    for i in range(5):  # clicks in the other partition
+        qid = f"q{i}"
+        wrong = 1 - placement.partition_of(qid)
+        cluster.produce(
+            "clicks", wrong, orjson.dumps({"query_id": qid, "item": "a", "type": "click", "ts": T0 + i})
+        )
+    loop, consumer, _, _ = make_loop(cluster, partition_count=2)
+    assign(loop, consumer, 0, 1)
+    rounds(loop)
+    assert dict(loop.publish(force=True).snapshot.counters.misrouted) == {"clicks": 5}
+
+
+class _Aligner:
+    def __init__(self, held: dict[str, int]) -> None:
+        self.held = held
+
+    def buffered(self, topic: str) -> int:
+        return self.held.get(topic, 0)
+
+
+def test_flow_control_pauses_a_topic_held_back_and_resumes_it_once_drained() -> None:
+    consumer = FakeConsumer(Cluster(TOPICS))
+    flow = FlowControl(consumer)
+    ps = PartitionState(_Aligner({"impressions": PAUSE_ABOVE + 1}), phase=Phase.ACTIVE)  # type: ignore[arg-type]
+    restoring = PartitionState(_Aligner({"impressions": PAUSE_ABOVE + 1}))  # type: ignore[arg-type]
+    flow.balance({0: ps, 1: restoring}, TOPICS)
+    assert consumer.paused == flow.paused == {TopicPartition("impressions", 0)}
+    ps.aligner.held["impressions"] = RESUME_BELOW  # type: ignore[attr-defined]
+    flow.balance({0: ps}, TOPICS)
+    assert flow.paused == {TopicPartition("impressions", 0)}  # not below RESUME_BELOW yet
+    ps.aligner.held["impressions"] = RESUME_BELOW - 1  # type: ignore[attr-defined]
+    flow.balance({0: ps}, TOPICS)
+    assert consumer.paused == flow.paused == set()
+
+
+def test_end_offsets_are_asked_less_often_while_the_broker_does_not_answer() -> None:
+    now = [0.0]
+    consumer = FakeConsumer(Cluster(TOPICS))
+    ends = EndOffsets(consumer, clock=lambda: now[0])
+    tp = TopicPartition("impressions", 0)
+    consumer.end_offsets_fail = True
+    backoffs = []
+    for _ in range(6):
+        ends.refresh([tp])
+        backoffs.append(ends.backoff)
+        now[0] = ends.due
+    assert backoffs == [2.0, 4.0, 8.0, 8.0, 8.0, 8.0] and END_OFFSETS_MAX_BACKOFF_S == 8.0
+    assert ends.broker_silent
+    consumer.end_offsets_fail = False
+    ends.refresh([tp])
+    assert ends.backoff == END_OFFSETS_INTERVAL_S and not ends.broker_silent
+    assert ends.end(tp) == 0
