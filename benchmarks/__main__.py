@@ -420,6 +420,16 @@ def render(results: dict[str, Any]) -> str:
                 verdict(two["ratio"] >= 0.80),
             )
         )
+        if "ratio_repartitioned" in two:
+            rows.append(
+                (
+                    f"2r. the same with the events topic repartitioned by the daemon (`--repartition`; "
+                    f"{two['run_repartitioned_s']:.1f} s; README, Repartitioning)",
+                    f"{two['ratio_repartitioned']:.2f}",
+                    "reported",
+                    "",
+                )
+            )
         if "compiled_ratio" in two:
             same_metrics = "same metrics" if two["same_metrics"] else "**metrics differ**"
             rows.append(

@@ -230,7 +230,7 @@ def format_report(reports: list[InputReport]) -> str:
             lines.append(
                 f"  misrouted {r.misrouted} of {r.accepted} accepted: not in the partition murmur2 of their "
                 "query_id gives (the producer places keys another way, e.g. librdkafka's CRC32, or keys "
-                "by something else): fix its partitioner or key"
+                "by something else): fix its partitioner or key, or name the topic in repartition"
             )
         lines.append("")
     rejected = sum(sum(r.rejected.values()) for r in reports)
@@ -272,6 +272,10 @@ def check_topics(settings: Settings, limit: int) -> list[InputReport]:
     inputs += [("events", topic) for topic in settings.events_topics]
     for kind, topic in inputs:
         samples = topic_samples(settings, topic, limit)
-        placement = Placement(max(1, partition_count(settings, topic))).partition_of
-        reports.append(check_input(settings, kind, f"topic {topic}", topic, samples, decoder, placement))
+        # a repartitioned topic may be keyed by anything: the daemon re-keys it
+        placement = (
+            None if topic in settings.repartition else Placement(max(1, partition_count(settings, topic)))
+        )
+        where = placement.partition_of if placement is not None else None
+        reports.append(check_input(settings, kind, f"topic {topic}", topic, samples, decoder, where))
     return reports

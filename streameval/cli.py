@@ -61,10 +61,11 @@ def _add_config_flags(
     for key in keys:
         group_name, text = KEYS[key].group, KEYS[key].help
         default = default_text(key, overrides)
-        if key == "events_topics":
+        each = KEYS[key].each
+        if each is not None:
             groups[group_name].add_argument(
-                "--events-topic",
-                dest="cfg_events_topics",
+                each,
+                dest=f"cfg_{key}",
                 action="append",
                 metavar="TOPIC",
                 help=f"{text} (default: {default})",

@@ -73,6 +73,7 @@ class Settings:
             'engagement topics; a table {clicks = "click"} also gives each topic the type of its records '
             "that carry none (flag: --events-topic, repeatable; it replaces the list)",
             validate.events_topics,
+            each="--events-topic",
         ),
     )
     #: topic -> event type given to records of that topic that carry no ``type`` (from events_topics)
@@ -106,9 +107,7 @@ class Settings:
     )
     metrics: tuple[MetricSpec, ...] = _key(
         (MetricSpec("map", 10), MetricSpec("ndcg", 10), MetricSpec("recall", 10), MetricSpec("mrr", 10)),
-        Key(
-            DEFINITIONS, f"metrics as name@k; names: {', '.join(METRIC_NAMES)}", validate.metrics
-        ),
+        Key(DEFINITIONS, f"metrics as name@k; names: {', '.join(METRIC_NAMES)}", validate.metrics),
     )
     ap_denominator: str = _key(
         "min_g_k",
@@ -232,15 +231,42 @@ class Settings:
         1,
         Key(
             KAFKA,
-            "replication factor of a changelog topic the daemon creates (use 3 on a real cluster)",
+            "replication factor of a changelog or repartition topic the daemon creates (use 3 on a real "
+            "cluster)",
             validate.int_in(1, 32767),
         ),
+    )
+    repartition: tuple[str, ...] = _key(
+        (),
+        Key(
+            KAFKA,
+            "events topics that are not keyed by query_id or not co-partitioned with the impressions: the "
+            "daemon re-keys them through <group_id>-repartition-<topic> (README, Repartitioning; flag: "
+            "--repartition TOPIC, repeatable)",
+            validate.topic_list,
+            each="--repartition",
+        ),
+    )
+    repartition_retention: float = _key(
+        7 * 86400.0,
+        _duration(KAFKA, "retention of the repartition topics the daemon creates (retention.ms)"),
     )
 
     @property
     def changelog_topic(self) -> str:
         """The compacted topic that holds the partitions' state, named after the group."""
         return f"{self.group_id}-changelog"
+
+    def repartition_topic(self, topic: str) -> str:
+        """The topic the daemon re-keys ``topic`` into, named after the group."""
+        return f"{self.group_id}-repartition-{topic}"
+
+    @property
+    def join_topics(self) -> tuple[str, ...]:
+        """The topics the join reads, co-partitioned: the impressions, then each events topic or
+        the topic it is re-keyed into."""
+        events = (self.repartition_topic(t) if t in self.repartition else t for t in self.events_topics)
+        return (self.impressions_topic, *events)
 
     def horizon_for(self, event_type: str) -> float:
         """The attribution horizon of one event type."""

@@ -118,4 +118,5 @@ def _connect(settings: Settings) -> ConsumerLoop:
         dead_letter_limit=start.dead_letter_limit,
         partition_count=start.partitions,
         topics=topics,
+        transaction_timeout=start.transaction_timeout_ms / 1000,
     )

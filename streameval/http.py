@@ -124,7 +124,7 @@ def _health_detail(view: View) -> str:
         lines.append(
             "misrouted records (not in the partition murmur2 of their query_id gives): "
             + ", ".join(f"{topic} {n}" for topic, n in sorted(misrouted.items()))
-            + "; fix the producer's partitioner or key (query_id)"
+            + "; fix the producer's partitioner or key (query_id), or name the topic in repartition"
         )
     if ops.failing() and ops.last_failure is not None:
         lines.append(

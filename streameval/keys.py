@@ -33,6 +33,8 @@ class Key:
     title: str | None = None
     #: given by a flag too (``[kafka]`` is not: its settings come from the file or the environment)
     flag: bool = True
+    #: for a list: the repeatable flag that gives one item (the items given replace the list)
+    each: str | None = None
 
 
 def key(default: Any, description: Key) -> Any:

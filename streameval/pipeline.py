@@ -1,6 +1,6 @@
 """Records -> join -> scoring -> windows, with every counter. No I/O: the daemon feeds it bytes
 (or decoded records) and reads :meth:`Pipeline.snapshot`; ``replay`` computes its answer on
-time-ordered input in one batch (``replay.join_in_batch``) and keeps its totals in one.
+time-ordered input in one batch (``replay.batch``) and keeps its totals in one.
 
 Processing one record: decode (a bad one is counted and handed back to the caller for the
 dead-letter topic), apply it to the join, then let the watermark advance, which settles queries

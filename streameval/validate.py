@@ -172,6 +172,13 @@ def events_topics(value: Any) -> tuple[tuple[str, ...], Mapping[str, str]]:
     return topics, MappingProxyType(types)
 
 
+def topic_list(value: Any) -> tuple[str, ...]:
+    topics = tuple(string(v) for v in split_list(value))
+    if len(set(topics)) != len(topics):
+        raise ValueError("lists a topic twice")
+    return topics
+
+
 def table(value: Any) -> Mapping[str, Any]:
     """A table checked later, against other keys (see :func:`_dependent`)."""
     if not isinstance(value, Mapping):
@@ -229,6 +236,15 @@ def check_combination(s: Any) -> None:
         )
     if s.min_grade <= 0:
         raise ConfigError("min_grade: must be above 0 (an item with no engagement has grade 0)")
+    _check_topics(s)
+    if s.commit_interval < 0.1:
+        raise ConfigError("commit_interval: must be at least 100ms")
+    if s.shutdown_timeout < 1:
+        raise ConfigError("shutdown_timeout: must be at least 1s")
+
+
+def _check_topics(s: Any) -> None:
+    """Every topic the daemon reads or writes is a different one."""
     topics = [s.impressions_topic, *s.events_topics]
     if len(set(topics)) != len(topics):
         raise ConfigError("impressions_topic: must differ from every topic in 'events_topics'")
@@ -238,7 +254,13 @@ def check_combination(s: Any) -> None:
         raise ConfigError(
             f"group_id: its changelog topic {s.changelog_topic!r} is also an input or dead-letter topic"
         )
-    if s.commit_interval < 0.1:
-        raise ConfigError("commit_interval: must be at least 100ms")
-    if s.shutdown_timeout < 1:
-        raise ConfigError("shutdown_timeout: must be at least 1s")
+    for topic in s.repartition:
+        if topic not in s.events_topics:
+            raise ConfigError(
+                f"repartition: {topic!r} is not one of the events_topics ({', '.join(s.events_topics)})"
+            )
+        if s.repartition_topic(topic) in (*topics, s.dead_letter_topic):
+            raise ConfigError(
+                f"group_id: its repartition topic {s.repartition_topic(topic)!r} is also an input or "
+                "dead-letter topic"
+            )

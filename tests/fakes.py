@@ -138,14 +138,20 @@ class FakeTransactions:
         self.timeout = 8.0
         self.pending_changelog: list[tuple[int, bytes, bytes | None]] = []
         self.pending_dead_letters: list[bytes | None] = []
+        self.pending_writes: list[tuple[str, int, bytes | None, bytes | None, int]] = []
         self.dead_letters: list[bytes | None] = []
         self.commits: list[dict[Any, Any]] = []
         self.aborts = 0
         self.fail_next_commit = False
 
-    def send(self, topic: str, value: bytes | None, key: bytes | None, **kwargs: Any) -> None:
+    def send(
+        self, topic: str, value: bytes | None, key: bytes | None, partition: int | None = None, **kwargs: Any
+    ) -> None:
         self.open = True
-        self.pending_dead_letters.append(value)
+        if partition is None:  # a dead-letter record
+            self.pending_dead_letters.append(value)
+        else:  # a record the repartition stage writes
+            self.pending_writes.append((topic, partition, key, value, kwargs.get("timestamp_ms") or 0))
         self.bytes_sent += len(value or b"")
 
     def send_many(self, topic: str, partition: int, entries: Any) -> int:
@@ -167,12 +173,14 @@ class FakeTransactions:
         for tp, meta in offsets.items():
             self.cluster.committed[tp] = meta.offset
         self.dead_letters += self.pending_dead_letters
+        for topic, partition, key, value, ts_ms in self.pending_writes:
+            self.cluster.produce(topic, partition, value or b"", key, ts_ms)
         self.commits.append(dict(offsets))
-        self.pending_changelog, self.pending_dead_letters = [], []
+        self.pending_changelog, self.pending_dead_letters, self.pending_writes = [], [], []
         self.open = False
 
     def abort(self) -> None:
-        self.pending_changelog, self.pending_dead_letters = [], []
+        self.pending_changelog, self.pending_dead_letters, self.pending_writes = [], [], []
         if self.open:
             self.aborts += 1
         self.open = False

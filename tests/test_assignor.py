@@ -87,3 +87,26 @@ def test_members_subscribed_to_other_topics_take_nothing_from_the_others() -> No
     out = a.assign(cluster, [_Member("a", a, topics), _Member("b", b, ["other"])])
     assert sorted(out["a"].partitions()) == sorted(a.owned())
     assert out["b"].partitions() == [TopicPartition("other", 0)]
+
+
+def test_the_stage_topics_go_to_one_member_and_stay_with_it() -> None:
+    cluster = ClusterMetadata()
+    joined, staged = ["impressions", "rekeyed"], ["clicks"]
+    cluster._partitions = {t: {p: None for p in range(3)} for t in joined} | {
+        "clicks": {p: None for p in range(5)}
+    }
+    topics = joined + staged
+    a, b = CooperativeCopartitioned(staged), CooperativeCopartitioned(staged)
+    # b runs the stage and holds one join number; a holds the others
+    b.owned = lambda: [TopicPartition("clicks", p) for p in range(5)] + [TopicPartition(t, 2) for t in joined]
+    a.owned = lambda: [TopicPartition(t, p) for t in joined for p in (0, 1)]
+    out = a.assign(cluster, [_Member("a", a, topics), _Member("b", b, topics)])
+    clicks = {
+        m: sorted(tp.partition for tp in out[m].partitions() if tp.topic == "clicks") for m in ("a", "b")
+    }
+    assert clicks == {"a": [], "b": [0, 1, 2, 3, 4]}  # sticky: where it is
+    numbers = {m: {tp.partition for tp in out[m].partitions() if tp.topic in joined} for m in ("a", "b")}
+    assert numbers == {"a": {0, 1}, "b": {2}}  # the join numbers balanced as before
+    # b gone: a takes the stage over at once (nobody else holds it)
+    alone = a.assign(cluster, [_Member("a", a, topics)])
+    assert sorted(tp.partition for tp in alone["a"].partitions() if tp.topic == "clicks") == [0, 1, 2, 3, 4]

@@ -108,3 +108,15 @@ def test_poll_waits_itself_while_the_broker_is_silent() -> None:
     assert compat.poll(Consumer(), 10, broker_silent=False) == {}
     assert compat.poll(Consumer(), 10, broker_silent=True) == {}
     assert calls == [10, 0]
+
+
+def test_the_known_position_is_the_subscription_states_without_a_request(consumer) -> None:
+    from kafka import TopicPartition
+
+    tp = TopicPartition("compat-test", 0)
+    consumer.assign([tp])
+    assert compat.known_position(consumer, tp) is None  # none yet
+    consumer.seek(tp, 5)
+    assert consumer._subscription.assignment[tp].position.offset == 5
+    assert compat.known_position(consumer, tp) == 5
+    assert compat.known_position(consumer, TopicPartition("compat-test", 1)) is None  # not assigned

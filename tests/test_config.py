@@ -125,3 +125,17 @@ def test_the_readme_configuration_table_is_the_keys_descriptions() -> None:
     assert markdown_table() in readme
     fields = {f for f in Settings.__dataclass_fields__}
     assert set(KEYS) == fields - {"topic_types"}  # every field a key, but the one events_topics gives
+
+
+def test_repartition_names_events_topics_and_gives_their_repartition_topics() -> None:
+    settings = load_settings(None, {}, {"repartition": ["clicks"], "group_id": "g"})
+    assert settings.repartition == ("clicks",)
+    assert settings.join_topics == ("impressions", "g-repartition-clicks", "purchases")
+    assert load_settings(None, {"STREAMEVAL_REPARTITION": "clicks,purchases"}, {}).repartition == (
+        "clicks",
+        "purchases",
+    )
+    with pytest.raises(ConfigError, match="repartition: 'views' is not one of the events_topics"):
+        load_settings(None, {}, {"repartition": ["views"]})
+    with pytest.raises(ConfigError, match="repartition_retention"):
+        load_settings(None, {}, {"repartition_retention": "soon"})

@@ -9,6 +9,7 @@ import pytest
 from kafka import TopicPartition
 
 from streameval.config import load_settings
+from streameval.kafka.checkpoint import CheckpointFailed
 from streameval.kafka.ends import END_OFFSETS_INTERVAL_S, END_OFFSETS_MAX_BACKOFF_S, EndOffsets
 from streameval.kafka.flow import PAUSE_ABOVE, RESUME_BELOW, FlowControl
 from streameval.kafka.loop import ConsumerLoop, Membership, Rebalanced
@@ -231,3 +232,104 @@ def test_end_offsets_are_asked_less_often_while_the_broker_does_not_answer() -> 
     ends.refresh([tp])
     assert ends.backoff == END_OFFSETS_INTERVAL_S and not ends.broker_silent
     assert ends.end(tp) == 0
+
+
+def _run_until_idle(loop: ConsumerLoop, clock: list[float], rounds_: int = 12) -> None:
+    """Rounds with a checkpoint after each (the stage's writes become visible on commit) and
+    the end offsets' clock moving on, so that a repartition topic can count as complete."""
+    for _ in range(rounds_):
+        loop.run_once()
+        loop.checkpoint()
+        clock[0] += 10.0
+
+
+def test_the_stage_rekeys_events_by_query_and_the_join_counts_them_as_from_their_topic() -> None:
+    cluster = Cluster({"impressions": 2, "clicks": 3, "streameval-repartition-clicks": 2})
+    placement = Placement(2)
+    for i in range(30):
+        qid = f"q{i}"
+        cluster.produce(
+            "impressions",
+            placement.partition_of(qid),
+            orjson.dumps({"query_id": qid, "ts": T0 + i, "items": ["a", "b"]}),
+        )
+        click = orjson.dumps({"query_id": qid, "item": "b", "type": "click", "ts": T0 + i + 1})
+        cluster.produce("clicks", i % 3, click, key=b"user-%d" % (i % 7))  # keyed by user
+    cluster.produce("clicks", 1, b"{not json", key=b"user-1")
+    consumer = FakeConsumer(cluster)
+    transactions = FakeTransactions(cluster)
+    repartitioned = settings(repartition=["clicks"])
+    loop = ConsumerLoop(
+        repartitioned,
+        consumer,
+        transactions,
+        FakeRestorer(cluster),
+        wall_clock=lambda: T0 + 3600,
+        partition_count=2,
+    )
+    clock = [0.0]
+    loop.ends.clock = lambda: clock[0]
+    loop.subscribe()
+    consumer.rebalance(
+        {TopicPartition(t, p) for t in ("impressions", "streameval-repartition-clicks") for p in (0, 1)}
+        | {TopicPartition("clicks", p) for p in range(3)}
+    )
+    _run_until_idle(loop, clock)
+    counters = loop.publish(force=True).snapshot.counters
+    assert counters.attributed == 30
+    assert dict(counters.consumed) == {"impressions": 30, "clicks": 31}  # counted under their topic
+    assert dict(counters.rejected) == {("clicks", "not_json"): 1}
+    assert dict(counters.misrouted) == {}
+    # each re-keyed record is in the partition of its query, keyed by its query id
+    for p in (0, 1):
+        for message in cluster.logs[TopicPartition("streameval-repartition-clicks", p)]:
+            if message.value.startswith(b'{"'):
+                assert placement.partition_of(message.key.decode()) == p
+    # the stage's source offsets were committed with the writes
+    assert {tp: o for tp, o in cluster.committed.items() if tp.topic == "clicks"} == {
+        TopicPartition("clicks", p): len(cluster.logs[TopicPartition("clicks", p)]) for p in range(3)
+    }
+    assert loop.ready
+
+
+def test_an_aborted_checkpoint_writes_the_stages_records_again_once() -> None:
+    cluster = Cluster({"impressions": 2, "clicks": 3, "streameval-repartition-clicks": 2})
+    placement = Placement(2)
+    for i in range(12):
+        qid = f"q{i}"
+        cluster.produce(
+            "impressions",
+            placement.partition_of(qid),
+            orjson.dumps({"query_id": qid, "ts": T0 + i, "items": ["a"]}),
+        )
+        cluster.produce(
+            "clicks", i % 3, orjson.dumps({"query_id": qid, "item": "a", "type": "click", "ts": T0 + i})
+        )
+    consumer = FakeConsumer(cluster)
+    transactions = FakeTransactions(cluster)
+    loop = ConsumerLoop(
+        settings(repartition=["clicks"]),
+        consumer,
+        transactions,
+        FakeRestorer(cluster),
+        wall_clock=lambda: T0 + 3600,
+        partition_count=2,
+    )
+    clock = [0.0]
+    loop.ends.clock = lambda: clock[0]
+    loop.subscribe()
+    consumer.rebalance(
+        {TopicPartition(t, p) for t in ("impressions", "streameval-repartition-clicks") for p in (0, 1)}
+        | {TopicPartition("clicks", p) for p in range(3)}
+    )
+    loop.run_once()  # the assignment
+    loop.run_once()  # offsets known, sought; the stage writes into the open transaction
+    loop.run_once()
+    transactions.fail_next_commit = True
+    with pytest.raises(CheckpointFailed):
+        loop.checkpoint()
+    loop.rewind()
+    _run_until_idle(loop, clock)
+    rekeyed = sum(len(cluster.logs[TopicPartition("streameval-repartition-clicks", p)]) for p in (0, 1))
+    assert rekeyed == 12  # the aborted writes never became visible; written again once
+    assert loop.publish(force=True).snapshot.counters.attributed == 12

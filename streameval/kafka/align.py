@@ -39,11 +39,28 @@ class Entry:
 class Aligner:
     """Buffers of one partition number, merged in event-time order."""
 
-    def __init__(self, topics: Iterable[str], clock: Callable[[], float], max_wait: float = 1.0):
+    def __init__(
+        self,
+        topics: Iterable[str],
+        clock: Callable[[], float],
+        max_wait: float = 1.0,
+        waits: dict[str, float] | None = None,
+    ):
         self.buffers: dict[str, deque[Entry]] = {t: deque() for t in topics}
         self.clock = clock
         self.max_wait = max_wait
+        #: topic -> its own max_wait, where it differs (a repartition topic: one commit interval more)
+        self.waits = waits or {}
         self._dry_since: dict[str, float] = {}  # topic -> when it ran dry without being caught up
+
+    def add(self, topic: str) -> None:
+        """One more input to merge (a partition the stage now owns)."""
+        self.buffers.setdefault(topic, deque())
+
+    def remove(self, topic: str) -> None:
+        """An input no longer merged; what it buffered is dropped (read again by its next owner)."""
+        self.buffers.pop(topic, None)
+        self._dry_since.pop(topic, None)
 
     def push(self, entry: Entry) -> None:
         self.buffers[entry.topic].append(entry)
@@ -77,6 +94,6 @@ class Aligner:
         if dry:
             now = self.clock()
             for topic in dry:
-                if now - self._dry_since.setdefault(topic, now) < self.max_wait:
+                if now - self._dry_since.setdefault(topic, now) < self.waits.get(topic, self.max_wait):
                     return None  # this topic may still bring an earlier record
         return best.popleft()

@@ -59,15 +59,28 @@ def plan(
     return final, now
 
 
+def stage_owner(members: list[str], owned: dict[str, set[tuple[str, int]]]) -> str | None:
+    """The member that runs the repartition stage: the first (in member order) that holds any
+    of its partitions, else the first member."""
+    holders = [m for m in members if owned.get(m)]
+    return holders[0] if holders else (members[0] if members else None)
+
+
 class CooperativeCopartitioned(AbstractPartitionAssignor):
     """kafka-python's assignor interface around :func:`plan`. ``owned`` reports the member's
-    current assignment (set once the consumer exists); it is sent with every JoinGroup."""
+    current assignment (set once the consumer exists); it is sent with every JoinGroup.
+
+    The partitions of the ``together`` topics (those the repartition stage reads) all go to one
+    member (:func:`stage_owner`, sticky): each repartition partition then has one writer, which
+    writes in event-time order, and a member that takes the stage over resumes from its
+    committed offsets, so the order holds across failover."""
 
     name = NAME
     version = _VERSION
 
-    def __init__(self) -> None:
+    def __init__(self, together: Iterable[str] = ()) -> None:
         self.owned: Callable[[], Iterable[TopicPartition]] = lambda: ()
+        self.together = frozenset(together)
 
     def supported_protocols(self) -> list[RebalanceProtocol]:
         return [RebalanceProtocol.COOPERATIVE]
@@ -106,21 +119,44 @@ class CooperativeCopartitioned(AbstractPartitionAssignor):
                 m.member_id: {
                     p
                     for tp in (getattr(m.metadata, "owned_partitions", None) or ())
-                    if tp.topic in present
+                    if tp.topic in present and tp.topic not in self.together
                     for p in tp.partitions
                 }
                 for m in group
             }
+            joined = {t: ps for t, ps in present.items() if t not in self.together}
+            staged = {t: ps for t, ps in present.items() if t in self.together}
             # topics with different partition counts cannot be co-partitioned; the consumer loop
             # stops with a message saying so when it sees its assignment
-            count = max((len(ps) for ps in present.values()), default=0)
+            count = max((len(ps) for ps in joined.values()), default=0)
             _, now = plan(count, [m.member_id for m in group], owned)
+            stage = self._stage(group, staged)
             for m in group:
-                by_topic = [(t, sorted(now[m.member_id] & ps)) for t, ps in sorted(present.items())]
+                by_topic = [(t, sorted(now[m.member_id] & ps)) for t, ps in sorted(joined.items())]
+                by_topic += [(t, sorted(stage.get((m.member_id, t), ()))) for t in sorted(staged)]
                 assignment[m.member_id] = ConsumerProtocolAssignment(
                     self.version, [(t, ps) for t, ps in by_topic if ps], b""
                 )
         return assignment
+
+    def _stage(self, group: list[Any], staged: dict[str, set[int]]) -> dict[tuple[str, str], set[int]]:
+        """(member, topic) -> the stage's partitions assigned this round: all to its owner, but
+        those another member still holds (it gives them up first; the follow-up rebalance
+        assigns them)."""
+        held = {
+            m.member_id: {
+                (tp.topic, p)
+                for tp in (getattr(m.metadata, "owned_partitions", None) or ())
+                if tp.topic in staged
+                for p in tp.partitions
+            }
+            for m in group
+        }
+        owner = stage_owner([m.member_id for m in group], held)
+        if owner is None:
+            return {}
+        elsewhere = set().union(*(h for m, h in held.items() if m != owner)) if held else set()
+        return {(owner, t): {p for p in ps if (t, p) not in elsewhere} for t, ps in staged.items()}
 
     def on_assignment(self, assignment: Any, generation: int) -> None:
         pass

@@ -251,12 +251,14 @@ def commit_checkpoint(
     changelog_topic: str,
     partitions: dict[int, PartitionState],
     group_metadata: Any,
+    sources: dict[TopicPartition, int] | None = None,
 ) -> int:
     """Commits, as one transaction with what it holds already (dead-letter records), the changed
     state of every partition that has a pipeline (active, or giving up) into its changelog
-    partition, and the input offsets it covers; returns the changelog records sent. Raises
+    partition, and the input offsets it covers (with ``sources``: the repartition stage's, which
+    cover what it wrote); returns the changelog records sent. Raises
     CheckpointFailed (the transaction is then ended; nothing of it is visible)."""
-    offsets: dict[TopicPartition, OffsetAndMetadata] = {}
+    offsets = {tp: OffsetAndMetadata(offset, "", -1) for tp, offset in (sources or {}).items()}
     owners = []
     for p, ps in partitions.items():
         if ps.pipeline is None or not ps.changed():

@@ -79,7 +79,7 @@ def _connect(kind: str, factory: Any, settings: Settings, **config: Any) -> Any:
 
 
 def make_consumer(settings: Settings) -> KafkaConsumer:
-    assignor = CooperativeCopartitioned()
+    assignor = CooperativeCopartitioned(settings.repartition)
     config = {
         **_common(settings),
         "group_id": settings.group_id,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from kafka import KafkaConsumer
+from kafka import KafkaConsumer, TopicPartition
 from kafka.coordinator.base import MemberState
 
 
@@ -24,6 +24,18 @@ def poll(consumer: KafkaConsumer, timeout_ms: int, broker_silent: bool) -> Any:
             time.sleep(timeout_ms / 1000)
         return batches
     return consumer.poll(timeout_ms=timeout_ms)
+
+
+def known_position(consumer: KafkaConsumer, tp: TopicPartition) -> int | None:
+    """The consumer's position in ``tp`` as it knows it now, without a request (its public
+    ``position()`` may first refresh committed offsets from the coordinator); None when it has
+    none. The position passes the commit markers of a transactional topic, which no fetched
+    record's offset covers."""
+    assignment = getattr(getattr(consumer, "_subscription", None), "assignment", None)
+    state = assignment.get(tp) if isinstance(assignment, dict) else None
+    position = getattr(state, "position", None)
+    offset = getattr(position, "offset", None)
+    return offset if isinstance(offset, int) else None
 
 
 def rejoining(consumer: KafkaConsumer) -> bool:

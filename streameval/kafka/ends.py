@@ -23,6 +23,8 @@ class EndOffsets:
         self.consumer = consumer
         self.clock = clock
         self.listed: dict[TopicPartition, int] = {}
+        #: tp -> (the largest end seen, when it was first seen)
+        self._grew: dict[TopicPartition, tuple[int, float]] = {}
         self.due = 0.0
         self.backoff = END_OFFSETS_INTERVAL_S
 
@@ -37,6 +39,20 @@ class EndOffsets:
     def forget(self, partitions: Iterable[TopicPartition]) -> None:
         for tp in partitions:
             self.listed.pop(tp, None)
+            self._grew.pop(tp, None)
+
+    def quiet(self, tp: TopicPartition, seconds: float) -> bool:
+        """The end of ``tp`` has not grown for ``seconds`` (a partition first seen counts as
+        having just grown)."""
+        end = self.end(tp)
+        if end is None:
+            return False
+        now = self.clock()
+        seen = self._grew.get(tp)
+        if seen is None or end > seen[0]:
+            self._grew[tp] = (end, now)
+            return False
+        return now - seen[1] >= seconds
 
     def end(self, tp: TopicPartition) -> int | None:
         """The end of an input partition as far as it is known: the larger of the end offset

@@ -73,8 +73,8 @@ class LoopLog:
         log.warning(
             "misrouted records (not in the partition murmur2 of their query_id gives), so far: %s.%s "
             "Fix the producer's partitioner (librdkafka's default is CRC32: set "
-            "partitioner=murmur2_random) or its key (query_id), or re-key the topic by query_id into "
-            "one co-partitioned with the impressions",
+            "partitioner=murmur2_random) or its key (query_id), or name the topic in repartition and "
+            "the daemon re-keys it (README, Repartitioning)",
             ", ".join(f"{t} {n}" for t, n in sorted(misrouted.items())),
             " The impressions and the events are placed differently, so a query's records may not "
             "meet: the join counts them unknown_query."

@@ -36,22 +36,21 @@ from streameval import collector
 from streameval.config import Settings
 from streameval.errors import InputError
 from streameval.kafka import compat
-from streameval.kafka.align import Aligner, Entry
+from streameval.kafka.align import Aligner
 from streameval.kafka.assignor import NAME
 from streameval.kafka.changelog import Restorer
 from streameval.kafka.checkpoint import CheckpointFailed, Transactions, commit_checkpoint
-from streameval.kafka.deadletter import dead_letter_record
 from streameval.kafka.ends import EndOffsets
+from streameval.kafka.feed import DEAD_LETTER_LIMIT, Feed
 from streameval.kafka.flow import PAUSE_ABOVE, RESUME_BELOW, FlowControl
 from streameval.kafka.loglines import LoopLog
 from streameval.kafka.membership import Membership, Rebalance, Rebalanced
 from streameval.kafka.partitions import PartitionState
-from streameval.kafka.placement import Placement
 from streameval.kafka.recovery import Recovery
+from streameval.kafka.stage import Stage
 from streameval.kafka.topics import Topics, check_layout
-from streameval.pipeline import GroupCap, Pipeline
-from streameval.records import Ignored, Rejection
-from streameval.view import Latency, Operations, View, merge_snapshots
+from streameval.pipeline import GroupCap
+from streameval.view import Operations, View, merge_snapshots
 
 __all__ = ["PAUSE_ABOVE", "RESUME_BELOW", "ConsumerLoop", "Membership", "Rebalanced"]
 
@@ -60,7 +59,8 @@ log = logging.getLogger(__name__)
 PUBLISH_INTERVAL_S = 0.5
 POLL_TIMEOUT_MS = 200
 ALIGN_MAX_WAIT_S = 5.0  # longest wait for a topic that is behind before the others go on
-DEAD_LETTER_LIMIT = 1_000_000
+#: transaction.abort.timed.out.transaction.cleanup.interval.ms, Kafka's default
+TRANSACTION_CLEANUP_S = 10.0
 MIN_DEAD_LETTER_LIMIT = 256
 
 
@@ -77,20 +77,22 @@ class ConsumerLoop:
         dead_letter_limit: int = DEAD_LETTER_LIMIT,
         partition_count: int | None = None,
         topics: Topics | None = None,
+        transaction_timeout: float = 30.0,
     ) -> None:
         self.settings = settings
         self.consumer = consumer
         self.transactions = transactions
         self.restorer = restorer
         self.wall_clock = wall_clock
-        self.topics = (settings.impressions_topic, *settings.events_topics)
+        #: the topics the join reads (co-partitioned), and the name each one's records count under
+        self.topics = settings.join_topics
+        self.counted_as = {settings.repartition_topic(t): t for t in settings.repartition}
         self.partitions: dict[int, PartitionState] = {}
         self.membership = Membership.JOINING
         self.rebalanced = Rebalanced.NOTHING
         #: the checkpoint of partitions being given up failed (raised after the poll)
         self._give_up_failed: CheckpointFailed | None = None
         self.group_cap = GroupCap.of(settings)
-        self.latency = Latency()
         self.ops = Operations()
         self.ends = EndOffsets(consumer)
         self.flow = FlowControl(consumer)
@@ -105,13 +107,34 @@ class ConsumerLoop:
             self._check_changelog,
         )
         self.loglines = LoopLog(self.topics)
-        #: bytes a dead-letter record may take (the smaller of the producer's max_request_size and
-        #: the topic's max.message.bytes; halved when the broker still refuses one)
-        self.dead_letter_limit = dead_letter_limit
+        #: the repartition stage, when some events topics are re-keyed (README, Repartitioning)
+        self.stage = (
+            Stage(
+                settings, consumer, transactions, restorer, partition_count, wall_clock, self.ends, self.flow
+            )
+            if settings.repartition and partition_count
+            else None
+        )
+        self.feed = Feed(
+            settings,
+            transactions,
+            self.ends,
+            self.stage,
+            partition_count,
+            wall_clock,
+            dead_letter_limit,
+            lambda tp: compat.known_position(consumer, tp),
+        )
+        # A repartition topic's records arrive with the stage's commits, one interval late; and a
+        # stage that died with its transaction open holds back what its next owner writes after it
+        # until the broker aborts it (its transaction timeout, then the broker's next check for
+        # expired transactions, every 10 s by default): the merge waits that long for one.
+        rekeyed_wait = (
+            transaction_timeout + TRANSACTION_CLEANUP_S + settings.commit_interval + ALIGN_MAX_WAIT_S
+        )
+        self._waits = {t: rekeyed_wait for t in self.counted_as}
         #: the partition count of the inputs (and the changelog) at start-up
         self.partition_count = partition_count
-        #: where the default partitioner puts each query (records elsewhere count as misrouted)
-        self.placement = Placement(partition_count) if partition_count else None
         #: the cluster's topics (None: not asked, as in the unit tests)
         self.cluster = topics
         self.view: View | None = None
@@ -119,7 +142,7 @@ class ConsumerLoop:
         self._next_publish = 0.0
 
     def subscribe(self) -> None:
-        self.consumer.subscribe(list(self.topics), listener=Rebalance(self))
+        self.consumer.subscribe([*self.topics, *self.settings.repartition], listener=Rebalance(self))
 
     def note(self, what: Rebalanced) -> None:
         """What a rebalance left to do (from the listener)."""
@@ -127,7 +150,12 @@ class ConsumerLoop:
 
     @property
     def ready(self) -> bool:
-        return self.membership is Membership.MEMBER and all(ps.active for ps in self.partitions.values())
+        stage_ready = self.stage is None or self.stage.ready
+        return (
+            self.membership is Membership.MEMBER
+            and stage_ready
+            and all(ps.active for ps in self.partitions.values())
+        )
 
     # --- assignment, restore, rewind -----------------------------------------------------------
 
@@ -141,16 +169,20 @@ class ConsumerLoop:
         collector.reclaim_now()  # the dropped state is held in reference cycles
         self.flow.forget(list(self.flow.paused))
         self.ends.reset()
+        if self.stage is not None:
+            self.stage.rewind()
         self._take()
         self.publish(force=True)
 
-    def give_up(self, partitions: set[int]) -> None:
+    def give_up(self, revoked: set[TopicPartition]) -> None:
         """Partitions given up in a cooperative rebalance (from the rebalance listener): commit
         a checkpoint now, so that their next owner starts exactly where this one stopped, then
         drop their state. A failed checkpoint is raised after the poll, and rewinds everything."""
         self.note(Rebalanced.REASSIGNED)
-        gone = [p for p in self.partitions if p in partitions]
-        if self.membership is Membership.CLOSING or not gone:
+        numbers = {tp.partition for tp in revoked if tp.topic in self.topics}
+        gone = [p for p in self.partitions if p in numbers]
+        sources = [tp for tp in revoked if self.stage is not None and tp in self.stage.inputs]
+        if self.membership is Membership.CLOSING or not (gone or sources):
             return  # closing: the final checkpoint has been taken
         for p in gone:
             self.partitions[p].revoke()
@@ -159,6 +191,8 @@ class ConsumerLoop:
         except CheckpointFailed as exc:
             self._give_up_failed = exc
             return
+        if self.stage is not None:
+            self.stage.drop(sources)
         for p in gone:
             del self.partitions[p]
             inputs = [TopicPartition(t, p) for t in self.topics]
@@ -172,8 +206,10 @@ class ConsumerLoop:
         """After a cooperative rebalance: start restoring the partitions added; the kept ones go
         on untouched (those given up were checkpointed and dropped by :meth:`give_up`)."""
         self.rebalanced = Rebalanced.NOTHING
-        owned = {tp.partition for tp in self.consumer.assignment()}
-        if any(p not in owned for p in self.partitions):
+        assignment = self.consumer.assignment()
+        owned = {tp.partition for tp in assignment if tp.topic in self.topics}
+        sources_lost = self.stage is not None and any(tp not in assignment for tp in self.stage.inputs)
+        if any(p not in owned for p in self.partitions) or sources_lost:
             # given up without the listener's checkpoint (not expected): from the checkpoints
             log.warning("partitions given up without a checkpoint; rewinding to the last one")
             self.rewind()
@@ -186,9 +222,11 @@ class ConsumerLoop:
         partition this instance does not hold yet: pause its inputs, ask for its committed
         offsets."""
         assignment = set(self.consumer.assignment())
-        owned = {tp.partition for tp in assignment}
+        owned = {tp.partition for tp in assignment if tp.topic in self.topics}
         new = sorted(owned - set(self.partitions))
         self.membership = Membership.MEMBER
+        if self.stage is not None:
+            self.stage.take(tp for tp in assignment if tp.topic in self.settings.repartition)
         if not owned:
             log.info("no partitions assigned to this instance")
             return
@@ -196,9 +234,8 @@ class ConsumerLoop:
         if not new:
             return
         for p in new:
-            self.partitions[p] = PartitionState(
-                Aligner(self.topics, self.wall_clock, max_wait=ALIGN_MAX_WAIT_S)
-            )
+            aligner = Aligner(self.topics, self.wall_clock, max_wait=ALIGN_MAX_WAIT_S, waits=self._waits)
+            self.partitions[p] = PartitionState(aligner)
         self.flow.hold([TopicPartition(t, p) for p in new for t in self.topics])
         log.info("partitions %s: restoring state from %s", new, self.settings.changelog_topic)
 
@@ -215,9 +252,10 @@ class ConsumerLoop:
             return self._round()
         except CheckpointFailed as exc:
             self.ops.failed(self.wall_clock(), str(exc))
-            if exc.too_large and self.dead_letter_limit > MIN_DEAD_LETTER_LIMIT:
+            feed = self.feed
+            if exc.too_large and feed.dead_letter_limit > MIN_DEAD_LETTER_LIMIT:
                 # the broker knows a lower limit than we were told: cut dead-letter copies shorter
-                self.dead_letter_limit = max(MIN_DEAD_LETTER_LIMIT, self.dead_letter_limit // 2)
+                feed.dead_letter_limit = max(MIN_DEAD_LETTER_LIMIT, feed.dead_letter_limit // 2)
             self.loglines.failure(str(exc))
             if exc.topic == self.settings.changelog_topic or exc.topic is None:
                 self._check_changelog()
@@ -231,6 +269,8 @@ class ConsumerLoop:
             self.rewind()
         if any(not ps.active for ps in self.partitions.values()):
             self.recovery.step(self.partitions)
+        if self.stage is not None:
+            self.stage.step()
         compat.release_parked_fetches(self.consumer)
         batches = self._poll()
         compat.keep_join_awaited(self.consumer)
@@ -242,15 +282,7 @@ class ConsumerLoop:
             return 0  # every partition starts again from its checkpoint: these are read again
         if self.rebalanced is Rebalanced.REASSIGNED:
             self.follow_assignment()
-        for tp, messages in batches.items():
-            ps = self.partitions.get(tp.partition)
-            if ps is None or not ps.active:
-                continue
-            for message in messages:
-                ps.aligner.push(self._decode(ps.pipeline, tp.topic, message))  # type: ignore[arg-type]
-            if messages:
-                ps.fetched[tp.topic] = messages[-1].offset + 1
-        processed = sum(self._drain(p, ps) for p, ps in self.partitions.items() if ps.active)
+        processed = self.feed.feed(batches, self.partitions)
         self.flow.balance(self.partitions, self.topics)
         if time.monotonic() >= self._next_checkpoint and not compat.rejoining(self.consumer):
             # while the group rebalances a checkpoint would likely be refused (its generation is
@@ -270,57 +302,6 @@ class ConsumerLoop:
                 "upgrade across this change (README, Guarantees)"
             ) from None
 
-    def _decode(self, pipeline: Pipeline, topic: str, message: Any) -> Entry:
-        raw = message.value if message.value is not None else b""
-        kafka_ts = None
-        if pipeline.decoder.wants_kafka_ts:  # ts = "@timestamp": the record's own, in ms
-            timestamp = getattr(message, "timestamp", None)
-            kafka_ts = timestamp / 1000 if timestamp is not None and timestamp >= 0 else None
-        return Entry(topic, message.offset, pipeline.decode(topic, raw, kafka_ts), message)
-
-    def _drain(self, partition: int, ps: PartitionState) -> int:
-        """Feeds the pipeline what the aligner lets go, in order; ticks it when all is caught up."""
-        pipeline = ps.pipeline
-        assert pipeline is not None  # active
-        caught_up = self.ends.caught_up(partition, ps)
-        processed = 0
-        now = self.wall_clock()
-        placement = self.placement
-        while True:
-            entry = ps.aligner.pop(caught_up)
-            if entry is None:
-                break
-            record = entry.record
-            if isinstance(record, Rejection):
-                self._dead_letter(partition, entry, record)
-                pipeline.counters.dead_lettered[(entry.topic, record.reason)] += 1
-            elif placement is not None and type(record) is not Ignored:
-                if placement.partition_of(record.query_id) != partition:  # type: ignore[union-attr]
-                    pipeline.counters.misrouted[entry.topic] += 1
-            pipeline.handle(entry.topic, record)
-            timestamp = getattr(entry.message, "timestamp", None)
-            if timestamp is not None and timestamp > 0:
-                self.latency.observe(now - timestamp / 1000.0)
-            ps.next_offsets[entry.topic] = entry.offset + 1
-            processed += 1
-        if not len(ps.aligner) and all(caught_up(t) for t in self.topics):
-            pipeline.tick()
-        return processed
-
-    def _dead_letter(self, partition: int, entry: Entry, rejection: Rejection) -> None:
-        key, value, headers = dead_letter_record(
-            entry.message.key,
-            entry.message.value,
-            rejection.reason,
-            rejection.detail,
-            entry.topic,
-            partition,
-            entry.offset,
-            self.dead_letter_limit,
-        )
-        self.transactions.send(self.settings.dead_letter_topic, value=value, key=key, headers=headers)
-        log.debug("rejected %s[%d]@%d: %s", entry.topic, partition, entry.offset, rejection.detail)
-
     # --- checkpoints and the published view ----------------------------------------------------
 
     def checkpoint(self) -> None:
@@ -329,15 +310,21 @@ class ConsumerLoop:
         transaction. Raises CheckpointFailed (the transaction is then ended; nothing of it is
         visible)."""
         self._next_checkpoint = time.monotonic() + self.settings.commit_interval
-        if not self.transactions.open and not any(
-            ps.pipeline is not None and ps.changed() for ps in self.partitions.values()
-        ):
+        sources = self.stage.moved_offsets() if self.stage is not None else {}
+        changed = any(ps.pipeline is not None and ps.changed() for ps in self.partitions.values())
+        if not self.transactions.open and not changed and not sources:
             return
         started = time.monotonic()
         before = self.transactions.bytes_sent
         entries = commit_checkpoint(
-            self.transactions, self.settings.changelog_topic, self.partitions, self.consumer.group_metadata()
+            self.transactions,
+            self.settings.changelog_topic,
+            self.partitions,
+            self.consumer.group_metadata(),
+            sources,
         )
+        if self.stage is not None:
+            self.stage.committed_now(sources)
         self.ops.checkpointed(
             self.wall_clock(), time.monotonic() - started, entries, self.transactions.bytes_sent - before
         )
@@ -356,9 +343,12 @@ class ConsumerLoop:
             settings=self.settings,
             snapshot=merge_snapshots(snapshots.values()),
             partition_watermarks={p: s.watermark for p, s in snapshots.items()},
-            consumer_lag=self.ends.lag(self.partitions, self.topics),
-            latency_buckets=tuple(self.latency.cumulative()),
-            latency_sum=self.latency.total,
+            consumer_lag={
+                **self.ends.lag(self.partitions, self.topics),
+                **(self.stage.lag() if self.stage else {}),
+            },
+            latency_buckets=tuple(self.feed.latency.cumulative()),
+            latency_sum=self.feed.latency.total,
             wall_time=now,
             ops=self.ops.copy(),
             ready=self.ready,

@@ -34,7 +34,7 @@ class Rebalance(ConsumerRebalanceListener):
         # Cooperative (KIP-429): this runs before the member rejoins for the follow-up rebalance
         # that hands these partitions to their next owner -- the one moment a checkpoint of them
         # is sure to commit (or be fenced) before that owner reads the committed offsets.
-        self.loop.give_up({tp.partition for tp in revoked})
+        self.loop.give_up(set(revoked))
 
     def on_partitions_assigned(self, assigned: Any) -> None:
         self.loop.note(Rebalanced.REASSIGNED)

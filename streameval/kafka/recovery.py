@@ -42,7 +42,7 @@ class Recovery:
         self.group_cap = group_cap
         #: called when committed offsets cannot be read (the changelog may have gone)
         self.offsets_unavailable = offsets_unavailable
-        self.topics = (settings.impressions_topic, *settings.events_topics)
+        self.topics = settings.join_topics
 
     def step(self, partitions: dict[int, PartitionState]) -> None:
         """Moves each partition that is not active on as far as it can go now."""

@@ -66,6 +66,7 @@ class Topics:
             dead_letter_limit = max_message_bytes(admin, settings, settings.dead_letter_topic)
             timeout_ms = transaction_timeout_ms(settings, broker_max_transaction_timeout_ms(admin))
             ensure_changelog(admin, consumer, settings, partitions)
+            ensure_repartition_topics(admin, consumer, settings, partitions)
         finally:
             admin.close()
         return StartUp(partitions, dead_letter_limit, timeout_ms)
@@ -110,14 +111,15 @@ class Topics:
 
 
 def check_topics(settings: Settings, consumer: KafkaConsumer) -> int:
-    """The input topics must exist and be co-partitioned; returns their partition count."""
+    """The input topics must exist, and those the join reads directly be co-partitioned (the
+    repartitioned ones may have any partition count); returns their partition count."""
     counts: dict[str, int] = {}
     missing = []
     for topic in (settings.impressions_topic, *settings.events_topics):
         partitions = consumer.partitions_for_topic(topic)
         if not partitions:
             missing.append(topic)
-        else:
+        elif topic not in settings.repartition:
             counts[topic] = len(partitions)
     if missing:
         raise InputError(
@@ -128,9 +130,48 @@ def check_topics(settings: Settings, consumer: KafkaConsumer) -> int:
         described = ", ".join(f"{t}: {n}" for t, n in counts.items())
         raise InputError(
             f"the input topics are not co-partitioned ({described} partitions); impressions and "
-            "events must be keyed by query_id into topics with the same partition count"
+            "events must be keyed by query_id into topics with the same partition count, or name "
+            "the events topics that are not in repartition (README, Repartitioning)"
         )
     return next(iter(counts.values()))
+
+
+def ensure_repartition_topics(
+    admin: KafkaAdminClient, consumer: KafkaConsumer, settings: Settings, partitions: int
+) -> None:
+    """Create each missing repartition topic (one partition per impressions partition,
+    ``repartition_retention``); refuse one with another partition count."""
+    for source in settings.repartition:
+        topic = settings.repartition_topic(source)
+        existing = consumer.partitions_for_topic(topic)
+        if not existing:
+            configs = {
+                "cleanup.policy": "delete",
+                "retention.ms": str(int(settings.repartition_retention * 1000)),
+            }
+            new = NewTopic(
+                topic,
+                num_partitions=partitions,
+                replication_factor=settings.changelog_replication_factor,
+                topic_configs=configs,
+            )
+            try:
+                admin.create_topics([new], wait_for_metadata=True)
+                log.info("created repartition topic %s with %d partition(s)", topic, partitions)
+                continue
+            except TopicAlreadyExistsError:
+                existing = consumer.partitions_for_topic(topic)
+            except KafkaError as exc:
+                raise InputError(
+                    f"repartition topic {topic} is missing and could not be created: {failure(exc)}; create "
+                    f"it ({partitions} partitions, cleanup.policy=delete) or grant this client the right to "
+                    "create topics"
+                ) from None
+        if existing and len(existing) != partitions:
+            raise InputError(
+                f"repartition topic {topic} has {len(existing)} partitions but the impressions have "
+                f"{partitions}; delete it (and the group's offsets on it) or use another group_id"
+            )
 
 
 def max_message_bytes(admin: KafkaAdminClient, settings: Settings, topic: str) -> int:
@@ -250,7 +291,7 @@ def check_layout(
     """The input topics as the cluster has them now must be the layout the state was built
     for: every topic there, each with the partition count of the changelog (``expected``), and
     every partition number assigned with all its topics."""
-    topics = (settings.impressions_topic, *settings.events_topics)
+    topics = settings.join_topics
     counts = {t: len(consumer.partitions_for_topic(t) or ()) for t in topics}
     gone = [t for t, n in counts.items() if n == 0]
     if gone:
@@ -267,7 +308,7 @@ def check_layout(
             "longer meet in one partition number. Give every input topic the same partition count, "
             "then rebuild the state (README, Guarantees)"
         )
-    for p in sorted({tp.partition for tp in assignment}):
+    for p in sorted({tp.partition for tp in assignment if tp.topic in topics}):
         missing = [t for t in topics if TopicPartition(t, p) not in assignment]
         if missing:
             raise InputError(

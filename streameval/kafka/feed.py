@@ -1,0 +1,161 @@
+"""Feeding the join: fetched records decoded into each partition's aligner, handed out in
+event-time order to its pipeline, rejected ones copied to the dead-letter topic, records of a
+partition other than murmur2 of their query_id gives counted as misrouted; records of the
+repartitioned topics handed to the stage."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from kafka import TopicPartition
+from kafka.errors import KafkaError
+
+from streameval.config import Settings
+from streameval.kafka.align import Entry
+from streameval.kafka.checkpoint import Transactions
+from streameval.kafka.deadletter import dead_letter_record
+from streameval.kafka.ends import EndOffsets
+from streameval.kafka.partitions import PartitionState
+from streameval.kafka.placement import Placement
+from streameval.kafka.stage import Stage
+from streameval.pipeline import Pipeline
+from streameval.records import Ignored, Rejection
+from streameval.view import Latency
+
+log = logging.getLogger("streameval.kafka.loop")
+
+QUIET_MARGIN_S = 2.0  # beyond a commit interval, before a repartition topic counts as complete
+DEAD_LETTER_LIMIT = 1_000_000
+
+
+class Feed:
+    def __init__(
+        self,
+        settings: Settings,
+        transactions: Transactions,
+        ends: EndOffsets,
+        stage: Stage | None,
+        partition_count: int | None,
+        wall_clock: Callable[[], float],
+        dead_letter_limit: int = DEAD_LETTER_LIMIT,
+        position: Callable[[TopicPartition], int | None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.transactions = transactions
+        self.ends = ends
+        self.stage = stage
+        self.wall_clock = wall_clock
+        self.topics = settings.join_topics
+        #: the name a repartition topic's records count under: their source topic's
+        self.counted_as = {settings.repartition_topic(t): t for t in settings.repartition}
+        #: where the default partitioner puts each query (records elsewhere count as misrouted)
+        self.placement = Placement(partition_count) if partition_count else None
+        self.latency = Latency()
+        #: bytes a dead-letter record may take (the smaller of the producer's max_request_size and
+        #: the topic's max.message.bytes; halved when the broker still refuses one)
+        self.dead_letter_limit = dead_letter_limit
+        #: the consumer's position in a partition, known without a request
+        self.position = position
+
+    def feed(self, batches: dict[TopicPartition, list[Any]], partitions: dict[int, PartitionState]) -> int:
+        """A poll's records into the stage and the aligners, then everything they let go through
+        the stage and the pipelines; returns the records the pipelines processed."""
+        stage = self.stage
+        for tp, messages in batches.items():
+            if stage is not None and tp.topic in self.settings.repartition:
+                stage.push(tp, messages)
+                continue
+            ps = partitions.get(tp.partition)
+            if ps is None or not ps.active:
+                continue
+            for message in messages:
+                ps.aligner.push(self._decode(ps.pipeline, tp.topic, message))  # type: ignore[arg-type]
+            if messages:
+                ps.fetched[tp.topic] = messages[-1].offset + 1
+        if stage is not None:
+            stage.drain()
+        return sum(self._drain(p, ps) for p, ps in partitions.items() if ps.active)
+
+    def _decode(self, pipeline: Pipeline, topic: str, message: Any) -> Entry:
+        raw = message.value if message.value is not None else b""
+        kafka_ts = None
+        if pipeline.decoder.wants_kafka_ts:  # ts = "@timestamp": the record's own, in ms
+            timestamp = getattr(message, "timestamp", None)
+            kafka_ts = timestamp / 1000 if timestamp is not None and timestamp >= 0 else None
+        record = pipeline.decode(self.counted_as.get(topic, topic), raw, kafka_ts)
+        return Entry(topic, message.offset, record, message)
+
+    def _drain(self, partition: int, ps: PartitionState) -> int:
+        """Feeds the pipeline what the aligner lets go, in order; ticks it when all is caught up."""
+        pipeline = ps.pipeline
+        assert pipeline is not None  # active
+        caught_up = self._caught_up(partition, ps)
+        processed = 0
+        now = self.wall_clock()
+        placement = self.placement
+        while True:
+            entry = ps.aligner.pop(caught_up)
+            if entry is None:
+                break
+            record, topic = entry.record, self.counted_as.get(entry.topic, entry.topic)
+            if isinstance(record, Rejection):
+                self._dead_letter(partition, entry, record)
+                pipeline.counters.dead_lettered[(topic, record.reason)] += 1
+            elif placement is not None and type(record) is not Ignored:
+                if placement.partition_of(record.query_id) != partition:  # type: ignore[union-attr]
+                    pipeline.counters.misrouted[topic] += 1
+            pipeline.handle(topic, record)
+            timestamp = getattr(entry.message, "timestamp", None)
+            if timestamp is not None and timestamp > 0:
+                self.latency.observe(now - timestamp / 1000.0)
+            ps.next_offsets[entry.topic] = entry.offset + 1
+            processed += 1
+        if not len(ps.aligner) and all(caught_up(t) for t in self.topics):
+            pipeline.tick()
+        return processed
+
+    def _caught_up(self, partition: int, ps: PartitionState) -> Callable[[str], bool]:
+        """A topic of this partition is caught up when what was fetched reaches its known end; a
+        repartition topic, also only while the stage here has nothing pending and its end has
+        not grown for a commit interval (no stage elsewhere is about to commit more)."""
+        fetched_all = self.ends.caught_up(partition, ps)
+        if self.stage is None:
+            return fetched_all
+        stage, quiet_for = self.stage, self.settings.commit_interval + QUIET_MARGIN_S
+
+        def caught_up(topic: str) -> bool:
+            if topic not in self.counted_as:
+                return fetched_all(topic)
+            tp = TopicPartition(topic, partition)
+            if not fetched_all(topic) and not self._past_the_end(tp):
+                return False
+            return stage.idle() and self.ends.quiet(tp, quiet_for)
+
+        return caught_up
+
+    def _past_the_end(self, tp: TopicPartition) -> bool:
+        """The consumer's position has reached the end: a repartition topic is written in
+        transactions and ends on a commit marker, which the position passes but no fetched
+        record covers."""
+        end = self.ends.end(tp)
+        try:
+            position = self.position(tp) if self.position is not None and end is not None else None
+        except KafkaError:
+            return False
+        return position is not None and end is not None and position >= end
+
+    def _dead_letter(self, partition: int, entry: Entry, rejection: Rejection) -> None:
+        key, value, headers = dead_letter_record(
+            entry.message.key,
+            entry.message.value,
+            rejection.reason,
+            rejection.detail,
+            entry.topic,
+            partition,
+            entry.offset,
+            self.dead_letter_limit,
+        )
+        self.transactions.send(self.settings.dead_letter_topic, value=value, key=key, headers=headers)
+        log.debug("rejected %s[%d]@%d: %s", entry.topic, partition, entry.offset, rejection.detail)
