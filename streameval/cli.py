@@ -234,7 +234,7 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--start",
         metavar="TIME",
-        help="event time of the first record, RFC 3339 or epoch seconds (default: now; with --fast, "
+        help="event time of the first record, RFC 3339 or epoch seconds (default: now; to Kafka with --fast, "
         "now minus --duration)",
     )
     sim.add_argument(

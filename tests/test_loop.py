@@ -243,24 +243,13 @@ def _run_until_idle(loop: ConsumerLoop, clock: list[float], rounds_: int = 12) -
         clock[0] += 10.0
 
 
-def test_the_stage_rekeys_events_by_query_and_the_join_counts_them_as_from_their_topic() -> None:
-    cluster = Cluster({"impressions": 2, "clicks": 3, "streameval-repartition-clicks": 2})
-    placement = Placement(2)
-    for i in range(30):
-        qid = f"q{i}"
-        cluster.produce(
-            "impressions",
-            placement.partition_of(qid),
-            orjson.dumps({"query_id": qid, "ts": T0 + i, "items": ["a", "b"]}),
-        )
-        click = orjson.dumps({"query_id": qid, "item": "b", "type": "click", "ts": T0 + i + 1})
-        cluster.produce("clicks", i % 3, click, key=b"user-%d" % (i % 7))  # keyed by user
-    cluster.produce("clicks", 1, b"{not json", key=b"user-1")
+def _rekeying_loop(cluster: Cluster) -> tuple[ConsumerLoop, FakeTransactions, list[float]]:
+    """A loop with clicks (3 partitions) repartitioned for impressions on 2, assigned all of it at
+    its next poll; its end offsets run on the returned clock."""
     consumer = FakeConsumer(cluster)
     transactions = FakeTransactions(cluster)
-    repartitioned = settings(repartition=["clicks"])
     loop = ConsumerLoop(
-        repartitioned,
+        settings(repartition=["clicks"]),
         consumer,
         transactions,
         FakeRestorer(cluster),
@@ -274,6 +263,23 @@ def test_the_stage_rekeys_events_by_query_and_the_join_counts_them_as_from_their
         {TopicPartition(t, p) for t in ("impressions", "streameval-repartition-clicks") for p in (0, 1)}
         | {TopicPartition("clicks", p) for p in range(3)}
     )
+    return loop, transactions, clock
+
+
+def test_the_stage_rekeys_events_by_query_and_the_join_counts_them_as_from_their_topic() -> None:
+    cluster = Cluster({"impressions": 2, "clicks": 3, "streameval-repartition-clicks": 2})
+    placement = Placement(2)
+    for i in range(30):
+        qid = f"q{i}"
+        cluster.produce(
+            "impressions",
+            placement.partition_of(qid),
+            orjson.dumps({"query_id": qid, "ts": T0 + i, "items": ["a", "b"]}),
+        )
+        click = orjson.dumps({"query_id": qid, "item": "b", "type": "click", "ts": T0 + i + 1})
+        cluster.produce("clicks", i % 3, click, key=b"user-%d" % (i % 7))  # keyed by user
+    cluster.produce("clicks", 1, b"{not json", key=b"user-1")
+    loop, transactions, clock = _rekeying_loop(cluster)
     _run_until_idle(loop, clock)
     counters = loop.publish(force=True).snapshot.counters
     assert counters.attributed == 30
@@ -305,23 +311,7 @@ def test_an_aborted_checkpoint_writes_the_stages_records_again_once() -> None:
         cluster.produce(
             "clicks", i % 3, orjson.dumps({"query_id": qid, "item": "a", "type": "click", "ts": T0 + i})
         )
-    consumer = FakeConsumer(cluster)
-    transactions = FakeTransactions(cluster)
-    loop = ConsumerLoop(
-        settings(repartition=["clicks"]),
-        consumer,
-        transactions,
-        FakeRestorer(cluster),
-        wall_clock=lambda: T0 + 3600,
-        partition_count=2,
-    )
-    clock = [0.0]
-    loop.ends.clock = lambda: clock[0]
-    loop.subscribe()
-    consumer.rebalance(
-        {TopicPartition(t, p) for t in ("impressions", "streameval-repartition-clicks") for p in (0, 1)}
-        | {TopicPartition("clicks", p) for p in range(3)}
-    )
+    loop, transactions, clock = _rekeying_loop(cluster)
     loop.run_once()  # the assignment
     loop.run_once()  # offsets known, sought; the stage writes into the open transaction
     loop.run_once()

@@ -57,7 +57,7 @@ class Recovery:
             for tp in inputs:
                 offset = ps.committed.get(tp.topic)
                 if offset is None:
-                    offset = self._reset_offset(tp)
+                    offset = reset_offset(self.consumer, self.settings, tp)
                 if offset is not None:
                     self.consumer.seek(tp, offset)
                     ps.fetched[tp.topic] = offset
@@ -86,18 +86,17 @@ class Recovery:
                 continue
             ps.offsets_known({tp.topic: offset for tp, offset in offsets.items()})
 
-    def _reset_offset(self, tp: TopicPartition) -> int | None:
-        """Where a partition with no committed offset starts (``auto_offset_reset``), as a
-        number; None (and the client's own reset) when the broker cannot say now."""
-        earliest = self.settings.kafka.get("auto_offset_reset", "earliest") == "earliest"
-        try:
-            offsets = (self.consumer.beginning_offsets if earliest else self.consumer.end_offsets)(
-                [tp], timeout_ms=2_000
-            )
-            return int(offsets[tp])
-        except (KafkaError, KeyError):
-            if earliest:
-                self.consumer.seek_to_beginning(tp)
-            else:
-                self.consumer.seek_to_end(tp)
-            return None
+
+def reset_offset(consumer: KafkaConsumer, settings: Settings, tp: TopicPartition) -> int | None:
+    """Where a partition with no committed offset starts (``auto_offset_reset``), as a
+    number; None (and the client's own reset) when the broker cannot say now."""
+    earliest = settings.kafka.get("auto_offset_reset", "earliest") == "earliest"
+    try:
+        offsets = (consumer.beginning_offsets if earliest else consumer.end_offsets)([tp], timeout_ms=2_000)
+        return int(offsets[tp])
+    except (KafkaError, KeyError):
+        if earliest:
+            consumer.seek_to_beginning(tp)
+        else:
+            consumer.seek_to_end(tp)
+        return None

@@ -38,6 +38,7 @@ from streameval.kafka.checkpoint import Transactions
 from streameval.kafka.ends import EndOffsets
 from streameval.kafka.flow import PAUSE_ABOVE, RESUME_BELOW, FlowControl
 from streameval.kafka.placement import Placement
+from streameval.kafka.recovery import reset_offset
 from streameval.records import Engagement
 
 log = logging.getLogger("streameval.kafka.loop")
@@ -78,7 +79,6 @@ class Stage:
         self.partitions = partitions
         self.ends = ends
         self.flow = flow
-        self.sources = settings.repartition
         self.targets = {t: settings.repartition_topic(t) for t in settings.repartition}
         self.decoder = Decoder(settings, wall_clock)
         self.placement = Placement(partitions)
@@ -132,20 +132,13 @@ class Stage:
         for tp in waiting:
             offset = committed.get(tp)
             if offset is None:
-                offset = self._beginning(tp)
+                offset = reset_offset(self.consumer, self.settings, tp)
             stage_input = self.inputs[tp]
             if offset is not None:
                 self.consumer.seek(tp, offset)
             stage_input.committed = stage_input.next = stage_input.fetched = offset
             stage_input.active = True
         self.flow.release(waiting)
-
-    def _beginning(self, tp: TopicPartition) -> int | None:
-        try:
-            return int(self.consumer.beginning_offsets([tp], timeout_ms=2_000)[tp])
-        except (KafkaError, KeyError):
-            self.consumer.seek_to_beginning(tp)
-            return None
 
     # --- records -------------------------------------------------------------------------------
 

@@ -149,24 +149,7 @@ def ensure_repartition_topics(
                 "cleanup.policy": "delete",
                 "retention.ms": str(int(settings.repartition_retention * 1000)),
             }
-            new = NewTopic(
-                topic,
-                num_partitions=partitions,
-                replication_factor=settings.changelog_replication_factor,
-                topic_configs=configs,
-            )
-            try:
-                admin.create_topics([new], wait_for_metadata=True)
-                log.info("created repartition topic %s with %d partition(s)", topic, partitions)
-                continue
-            except TopicAlreadyExistsError:
-                existing = consumer.partitions_for_topic(topic)
-            except KafkaError as exc:
-                raise InputError(
-                    f"repartition topic {topic} is missing and could not be created: {failure(exc)}; create "
-                    f"it ({partitions} partitions, cleanup.policy=delete) or grant this client the right to "
-                    "create topics"
-                ) from None
+            existing = _create(admin, consumer, settings, "repartition", topic, partitions, configs)
         if existing and len(existing) != partitions:
             raise InputError(
                 f"repartition topic {topic} has {len(existing)} partitions but the impressions have "
@@ -231,34 +214,44 @@ def ensure_changelog(
     existing = consumer.partitions_for_topic(topic)
     if not existing:
         _refuse_lost_state(admin, settings)
-        try:
-            admin.create_topics(
-                [
-                    NewTopic(
-                        topic,
-                        num_partitions=partitions,
-                        replication_factor=settings.changelog_replication_factor,
-                        topic_configs=CHANGELOG_CONFIGS,
-                    )
-                ],
-                wait_for_metadata=True,
-            )
-            log.info("created changelog topic %s with %d partition(s)", topic, partitions)
-            return
-        except TopicAlreadyExistsError:
-            existing = consumer.partitions_for_topic(topic)
-        except KafkaError as exc:
-            raise InputError(
-                f"changelog topic {topic} is missing and could not be created: {failure(exc)}; create "
-                f"it (cleanup.policy=compact, {partitions} partitions) or grant this client the right "
-                "to create topics"
-            ) from None
+        existing = _create(admin, consumer, settings, "changelog", topic, partitions, CHANGELOG_CONFIGS)
     if existing and len(existing) != partitions:
         raise InputError(
             f"changelog topic {topic} has {len(existing)} partitions but the input topics have "
             f"{partitions}; it belongs to another layout: use another group_id, or delete the topic "
             "and the group's offsets to rebuild the state from the input"
         )
+
+
+def _create(
+    admin: KafkaAdminClient,
+    consumer: KafkaConsumer,
+    settings: Settings,
+    kind: str,
+    topic: str,
+    partitions: int,
+    configs: dict[str, str],
+) -> set[int] | None:
+    """Create a topic of the daemon's own (replication ``changelog_replication_factor``); None
+    when created, its partitions when it existed after all."""
+    new = NewTopic(
+        topic,
+        num_partitions=partitions,
+        replication_factor=settings.changelog_replication_factor,
+        topic_configs=configs,
+    )
+    try:
+        admin.create_topics([new], wait_for_metadata=True)
+    except TopicAlreadyExistsError:
+        return consumer.partitions_for_topic(topic)
+    except KafkaError as exc:
+        raise InputError(
+            f"{kind} topic {topic} is missing and could not be created: {failure(exc)}; create "
+            f"it (cleanup.policy={configs['cleanup.policy']}, {partitions} partitions) or grant this "
+            "client the right to create topics"
+        ) from None
+    log.info("created %s topic %s with %d partition(s)", kind, topic, partitions)
+    return None
 
 
 def lost_state_message(settings: Settings) -> str:
