@@ -97,3 +97,9 @@ class Aligner:
                 if now - self._dry_since.setdefault(topic, now) < self.waits.get(topic, self.max_wait):
                     return None  # this topic may still bring an earlier record
         return best.popleft()
+
+
+def kafka_seconds(message: Any) -> float | None:
+    """A Kafka record's own timestamp in seconds (``ts = "@timestamp"``); None when it has none."""
+    timestamp = getattr(message, "timestamp", None)
+    return timestamp / 1000 if timestamp is not None and timestamp >= 0 else None

@@ -13,7 +13,7 @@ from kafka import TopicPartition
 from kafka.errors import KafkaError
 
 from streameval.config import Settings
-from streameval.kafka.align import Entry
+from streameval.kafka.align import Entry, kafka_seconds
 from streameval.kafka.checkpoint import Transactions
 from streameval.kafka.deadletter import dead_letter_record
 from streameval.kafka.ends import EndOffsets
@@ -80,10 +80,7 @@ class Feed:
 
     def _decode(self, pipeline: Pipeline, topic: str, message: Any) -> Entry:
         raw = message.value if message.value is not None else b""
-        kafka_ts = None
-        if pipeline.decoder.wants_kafka_ts:  # ts = "@timestamp": the record's own, in ms
-            timestamp = getattr(message, "timestamp", None)
-            kafka_ts = timestamp / 1000 if timestamp is not None and timestamp >= 0 else None
+        kafka_ts = kafka_seconds(message) if pipeline.decoder.wants_kafka_ts else None
         record = pipeline.decode(self.counted_as.get(topic, topic), raw, kafka_ts)
         return Entry(topic, message.offset, record, message)
 

@@ -84,9 +84,8 @@ class ConsumerLoop:
         self.transactions = transactions
         self.restorer = restorer
         self.wall_clock = wall_clock
-        #: the topics the join reads (co-partitioned), and the name each one's records count under
+        #: the topics the join reads (co-partitioned)
         self.topics = settings.join_topics
-        self.counted_as = {settings.repartition_topic(t): t for t in settings.repartition}
         self.partitions: dict[int, PartitionState] = {}
         self.membership = Membership.JOINING
         self.rebalanced = Rebalanced.NOTHING
@@ -132,7 +131,7 @@ class ConsumerLoop:
         rekeyed_wait = (
             transaction_timeout + TRANSACTION_CLEANUP_S + settings.commit_interval + ALIGN_MAX_WAIT_S
         )
-        self._waits = {t: rekeyed_wait for t in self.counted_as}
+        self._waits = {t: rekeyed_wait for t in self.feed.counted_as}
         #: the partition count of the inputs (and the changelog) at start-up
         self.partition_count = partition_count
         #: the cluster's topics (None: not asked, as in the unit tests)

@@ -32,7 +32,7 @@ from kafka.errors import KafkaError
 
 from streameval.config import Settings
 from streameval.decoding import Decoder
-from streameval.kafka.align import Aligner, Entry
+from streameval.kafka.align import Aligner, Entry, kafka_seconds
 from streameval.kafka.changelog import Restorer
 from streameval.kafka.checkpoint import Transactions
 from streameval.kafka.ends import EndOffsets
@@ -84,7 +84,6 @@ class Stage:
         self.placement = Placement(partitions)
         self.inputs: dict[TopicPartition, StageInput] = {}
         self.aligner = Aligner((), wall_clock, max_wait=ALIGN_MAX_WAIT_S)
-        self.written = 0  # records written since the last checkpoint
 
     @property
     def ready(self) -> bool:
@@ -115,7 +114,6 @@ class Stage:
         """Every owned source partition again from its committed offset (after an abort)."""
         owned = list(self.inputs)
         self.drop(owned)
-        self.written = 0
         self.take(owned)
 
     def step(self) -> None:
@@ -150,10 +148,7 @@ class Stage:
         key, topic = _key(tp), tp.topic
         for message in messages:
             raw = message.value if message.value is not None else b""
-            kafka_ts = None
-            if self.decoder.wants_kafka_ts:
-                timestamp = getattr(message, "timestamp", None)
-                kafka_ts = timestamp / 1000 if timestamp is not None and timestamp >= 0 else None
+            kafka_ts = kafka_seconds(message) if self.decoder.wants_kafka_ts else None
             fields = self.decoder.event(raw, topic, kafka_ts)
             record: Any = Engagement(*fields) if type(fields) is tuple else fields
             self.aligner.push(Entry(key, message.offset, record, (tp, message)))
@@ -190,7 +185,6 @@ class Stage:
             )
             self.inputs[tp].next = entry.offset + 1
             written += 1
-        self.written += written
         self._balance()
         return written
 
@@ -224,12 +218,11 @@ class Stage:
         for tp, offset in offsets.items():
             if tp in self.inputs:
                 self.inputs[tp].committed = offset
-        self.written = 0
 
     def idle(self) -> bool:
         """Nothing fetched waits to be written, nothing written waits for a commit, and every
         owned source partition is read to its end."""
-        if len(self.aligner) or self.written or self.moved_offsets():
+        if len(self.aligner) or self.moved_offsets():
             return False
         return all(i.active and self._caught_up(_key(tp)) for tp, i in self.inputs.items())
 
