@@ -50,6 +50,8 @@ class FakeConsumer:
         self.lose_next = False
         self.end_offsets_fail = False
         self.closed = False
+        #: partitions whose fetches bring nothing for now (as during a rebalance or a slow fetch)
+        self.stalled: set[TopicPartition] = set()
 
     # what the loop calls
     def subscribe(self, topics: list[str], listener: Any) -> None:
@@ -112,7 +114,7 @@ class FakeConsumer:
             return {}
         out = {}
         for tp in sorted(self.assigned):
-            if tp in self.paused:
+            if tp in self.paused or tp in self.stalled:
                 continue
             log = self.cluster.logs[tp]
             at = self.positions.get(tp, 0)

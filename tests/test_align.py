@@ -74,3 +74,28 @@ def test_the_wait_is_timed_per_topic_and_starts_again_when_a_topic_runs_dry() ->
     assert aligner.pop(caught_up) is None
     now[0] = 10.0
     assert aligner.pop(caught_up).topic == "imps"  # type: ignore[union-attr]
+
+
+def test_a_topic_with_records_on_the_broker_blocks_without_a_time_limit() -> None:
+    """Records known to be on the broker past what was fetched are waited for however long the
+    fetch takes; once none are known, the timed wait starts from then."""
+    now = [0.0]
+    aligner = Aligner(["imps", "evs"], clock=lambda: now[0], max_wait=5.0)
+    aligner.push(imp(0, 10))
+    behind = {"evs"}
+
+    def is_behind(topic: str) -> bool:
+        return topic in behind
+
+    def caught_up(topic: str) -> bool:
+        return topic == "imps"
+
+    assert aligner.pop(caught_up, is_behind) is None
+    now[0] = 600.0
+    assert aligner.pop(caught_up, is_behind) is None
+    behind.clear()  # fetched up to the listed end; the end may still grow
+    assert aligner.pop(caught_up, is_behind) is None
+    now[0] = 604.9
+    assert aligner.pop(caught_up, is_behind) is None
+    now[0] = 605.0
+    assert aligner.pop(caught_up, is_behind) is not None

@@ -215,6 +215,31 @@ def test_flow_control_pauses_a_topic_held_back_and_resumes_it_once_drained() -> 
     assert consumer.paused == flow.paused == set()
 
 
+def test_the_merge_waits_for_a_topic_with_records_on_the_broker_however_long_its_fetch_stalls() -> None:
+    """A topic whose fetches bring nothing (a rebalance, a slow broker) while the broker has
+    committed records past what was fetched holds the merge back for as long as that lasts --
+    past the aligner's max_wait -- so none of those records is counted late."""
+    cluster = Cluster(TOPICS)
+    write_queries(cluster, 20)
+    now = [T0 + 3600]
+    consumer = FakeConsumer(cluster)
+    loop = ConsumerLoop(
+        settings(), consumer, FakeTransactions(cluster), FakeRestorer(cluster), wall_clock=lambda: now[0]
+    )
+    loop.subscribe()
+    consumer.stalled = {TopicPartition("clicks", 0), TopicPartition("clicks", 1)}
+    assign(loop, consumer, 0, 1)
+    processed = 0
+    for _ in range(6):
+        loop.ends.due = 0.0  # the end offsets listed every round
+        processed += loop.run_once()
+        now[0] += 10.0  # well past the aligner's max_wait each round
+    assert processed == 0
+    consumer.stalled = set()
+    assert rounds(loop) == 40
+    assert loop.publish(force=True).snapshot.counters.attributed == 20
+
+
 def test_end_offsets_are_asked_less_often_while_the_broker_does_not_answer() -> None:
     now = [0.0]
     consumer = FakeConsumer(Cluster(TOPICS))

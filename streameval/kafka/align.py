@@ -5,11 +5,17 @@ the same queries. :class:`Aligner` buffers what was fetched from each of them an
 out in event-time order across the topics: the next record is the head with the smallest
 timestamp, but only while every topic of the partition either has a buffered record or is
 caught up (nothing more to fetch). A topic that is behind blocks the others -- the loop pauses
-the topics that run ahead -- so a backlog is processed exactly like live traffic. A topic that
-stays empty without being caught up blocks for at most ``max_wait`` seconds (Kafka Streams'
-``max.task.idle.ms``), so one stuck topic cannot stop the others forever. The wait is timed per
-topic and starts again each time the topic runs dry: a topic that waited out its time once
-does not let the merge run ahead of another topic that falls behind later.
+the topics that run ahead -- so a backlog is processed exactly like live traffic.
+
+How long an empty topic blocks depends on what is known of it (as in Kafka Streams since
+KIP-695). One that is *behind* -- the broker has committed records past what was fetched --
+blocks until they arrive, however long the fetch takes (a rebalance, a slow broker): those
+records are certainly there, and going on without them would count them late. One that is
+neither behind nor caught up (its end not known yet, or records written but not yet committed)
+blocks for at most ``max_wait`` seconds (Kafka Streams' ``max.task.idle.ms``), so a topic that
+may never bring anything cannot stop the others forever. The timed wait is per topic and starts
+again each time the topic runs dry: a topic that waited out its time once does not let the
+merge run ahead of another topic that falls behind later.
 
 Rejected and ignored records carry no usable time; they are handed out as soon as they reach the head of
 their topic's buffer, which keeps each topic in offset order (committed offsets never skip
@@ -71,8 +77,12 @@ class Aligner:
     def __len__(self) -> int:
         return sum(len(b) for b in self.buffers.values())
 
-    def pop(self, caught_up: Callable[[str], bool]) -> Entry | None:
-        """The next entry to process, or None when the merge must wait for more input."""
+    def pop(
+        self, caught_up: Callable[[str], bool], behind: Callable[[str], bool] | None = None
+    ) -> Entry | None:
+        """The next entry to process, or None when the merge must wait for more input.
+        ``caught_up(topic)``: nothing more to fetch now; ``behind(topic)``: committed records
+        past what was fetched (wait for them without a time limit)."""
         best: deque[Entry] | None = None
         best_ts = 0.0
         dry: list[str] = []
@@ -80,6 +90,9 @@ class Aligner:
             if not buffer:
                 if caught_up(topic):
                     self._dry_since.pop(topic, None)
+                elif behind is not None and behind(topic):
+                    self._dry_since.pop(topic, None)
+                    return None  # its records are on the broker: the merge waits for them
                 else:
                     dry.append(topic)
                 continue

@@ -99,6 +99,15 @@ class EndOffsets:
 
         return caught_up
 
+    def behind(self, tp: TopicPartition, fetched: int | None, position: int | None) -> bool:
+        """The broker has committed records of ``tp`` that were not fetched yet: the end last
+        listed (with read_committed, the last stable offset) lies past both the offset fetched up
+        to and the consumer's position (which also passes commit markers and aborted records,
+        which no fetched record covers)."""
+        listed = self.listed.get(tp)
+        reached = max(fetched if fetched is not None else -1, position if position is not None else -1)
+        return listed is not None and reached >= 0 and reached < listed
+
     def lag(
         self, partitions: Mapping[int, PartitionState], topics: Iterable[str]
     ) -> dict[tuple[str, int], int]:

@@ -89,11 +89,12 @@ class Feed:
         pipeline = ps.pipeline
         assert pipeline is not None  # active
         caught_up = self._caught_up(partition, ps)
+        behind = self._behind(partition, ps)
         processed = 0
         now = self.wall_clock()
         placement = self.placement
         while True:
-            entry = ps.aligner.pop(caught_up)
+            entry = ps.aligner.pop(caught_up, behind)
             if entry is None:
                 break
             record, topic = entry.record, self.counted_as.get(entry.topic, entry.topic)
@@ -132,15 +133,27 @@ class Feed:
 
         return caught_up
 
+    def _behind(self, partition: int, ps: PartitionState) -> Callable[[str], bool]:
+        """A topic of this partition has committed records on the broker not fetched yet."""
+
+        def behind(topic: str) -> bool:
+            tp = TopicPartition(topic, partition)
+            return self.ends.behind(tp, ps.fetched.get(topic), self._position(tp))
+
+        return behind
+
+    def _position(self, tp: TopicPartition) -> int | None:
+        try:
+            return self.position(tp) if self.position is not None else None
+        except KafkaError:
+            return None
+
     def _past_the_end(self, tp: TopicPartition) -> bool:
         """The consumer's position has reached the end: a repartition topic is written in
         transactions and ends on a commit marker, which the position passes but no fetched
         record covers."""
         end = self.ends.end(tp)
-        try:
-            position = self.position(tp) if self.position is not None and end is not None else None
-        except KafkaError:
-            return False
+        position = self._position(tp) if end is not None else None
         return position is not None and end is not None and position >= end
 
     def _dead_letter(self, partition: int, entry: Entry, rejection: Rejection) -> None:

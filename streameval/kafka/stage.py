@@ -32,6 +32,7 @@ from kafka.errors import KafkaError
 
 from streameval.config import Settings
 from streameval.decoding import Decoder
+from streameval.kafka import compat
 from streameval.kafka.align import Aligner, Entry, kafka_seconds
 from streameval.kafka.changelog import Restorer
 from streameval.kafka.checkpoint import Transactions
@@ -161,11 +162,18 @@ class Stage:
         end = self.ends.end(tp)
         return stage_input is not None and end is not None and (stage_input.fetched or 0) >= end
 
+    def _behind(self, key: str) -> bool:
+        topic, _, partition = key.rpartition("/")
+        tp = TopicPartition(topic, int(partition))
+        stage_input = self.inputs.get(tp)
+        fetched = stage_input.fetched if stage_input is not None else None
+        return self.ends.behind(tp, fetched, compat.known_position(self.consumer, tp))
+
     def drain(self) -> int:
         """Write what the merge lets go, in event-time order; returns how many."""
         written = 0
         while True:
-            entry = self.aligner.pop(self._caught_up)
+            entry = self.aligner.pop(self._caught_up, self._behind)
             if entry is None:
                 break
             tp, message = entry.message
