@@ -207,6 +207,9 @@ class FakeRestorer:
             raise KafkaTimeoutError("a transaction holding offsets is open")
         return {tp: self.cluster.committed.get(tp) for tp in tps}
 
+    def last_committed(self, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
+        return {tp: self.cluster.committed.get(tp) for tp in tps}
+
     def start(self, partitions: list[int]) -> None:
         self.restoring.update(partitions)
 

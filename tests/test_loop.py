@@ -348,3 +348,52 @@ def test_an_aborted_checkpoint_writes_the_stages_records_again_once() -> None:
     rekeyed = sum(len(cluster.logs[TopicPartition("streameval-repartition-clicks", p)]) for p in (0, 1))
     assert rekeyed == 12  # the aborted writes never became visible; written again once
     assert loop.publish(force=True).snapshot.counters.attributed == 12
+
+
+def test_the_join_waits_for_source_records_another_members_stage_has_not_committed() -> None:
+    """The stage runs elsewhere (here: nowhere yet, as after its member died) with source
+    records past their committed offsets: however long that lasts, the join does not count the
+    empty repartition topic complete; once those records are written and their offsets
+    committed, every one is attributed."""
+    cluster = Cluster({"impressions": 2, "clicks": 3, "streameval-repartition-clicks": 2})
+    placement = Placement(2)
+    clicks = []
+    for i in range(12):
+        qid = f"q{i}"
+        cluster.produce(
+            "impressions",
+            placement.partition_of(qid),
+            orjson.dumps({"query_id": qid, "ts": T0 + i, "items": ["a"]}),
+        )
+        click = orjson.dumps({"query_id": qid, "item": "a", "type": "click", "ts": T0 + i})
+        cluster.produce("clicks", i % 3, click, key=b"user")
+        clicks.append((placement.partition_of(qid), click, qid))
+    now = [T0 + 3600]
+    consumer = FakeConsumer(cluster)
+    loop = ConsumerLoop(
+        settings(repartition=["clicks"], allowed_lateness="0s", orphan_ttl="1s"),
+        consumer,
+        FakeTransactions(cluster),
+        FakeRestorer(cluster),
+        wall_clock=lambda: now[0],
+        partition_count=2,
+    )
+    loop.subscribe()
+    consumer.rebalance(
+        {TopicPartition(t, p) for t in ("impressions", "streameval-repartition-clicks") for p in (0, 1)}
+    )
+    processed = 0
+    for _ in range(8):
+        assert loop.sources is not None
+        loop.sources.due = loop.ends.due = 0.0
+        processed += loop.run_once()
+        now[0] += 60.0  # past every timed wait
+    assert processed == 0 and loop.sources.pending
+    # the stage's next owner writes them and commits its source offsets with them
+    for p, click, qid in clicks:
+        cluster.produce("streameval-repartition-clicks", p, click, key=qid.encode())
+    for p in range(3):
+        cluster.committed[TopicPartition("clicks", p)] = len(cluster.logs[TopicPartition("clicks", p)])
+    loop.sources.due = 0.0
+    assert rounds(loop) == 24
+    assert loop.publish(force=True).snapshot.counters.attributed == 12

@@ -12,12 +12,12 @@ import logging
 import time
 from collections.abc import Iterable
 
-from kafka import KafkaConsumer, TopicPartition
-from kafka.errors import KafkaError
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.errors import KafkaConfigurationError, KafkaError
 
 from streameval import state
 from streameval.config import Settings
-from streameval.kafka.clients import restore_consumer_config
+from streameval.kafka.clients import make_admin, restore_consumer_config
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,11 @@ class Restorer:
         # the group's committed offsets, asked by a client that is not a member: the member's own
         # coordinator is busy with rebalances, and its positions may run ahead of the commits
         self.offsets = KafkaConsumer(**(restore_consumer_config(settings) | {"group_id": settings.group_id}))
+        self.settings = settings
+        #: for the repartition stage's committed source offsets (README, Repartitioning)
+        self._admin: KafkaAdminClient | None = (
+            make_admin(settings, request_timeout_ms=2_000) if settings.repartition else None
+        )
         self.values: dict[int, state.Values] = {}
         self.targets: dict[int, int] = {}
         self.records_read: dict[int, int] = {}
@@ -110,6 +115,22 @@ class Restorer:
         no open transaction holds offsets for them (KafkaError until then)."""
         return {tp: self.offsets.committed(tp, timeout_ms=2_000) for tp in partitions}
 
+    def last_committed(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """The group's last committed offsets in one request, without waiting for a transaction
+        that holds offsets for them to end (an admin's OffsetFetch does not ask for stable
+        offsets; a transaction's offsets count once it has committed)."""
+        if self._admin is None:
+            raise KafkaConfigurationError("no topic is repartitioned: nothing asks for these offsets")
+        group = self.settings.group_id
+        found = self._admin.list_group_offsets({group: partitions}).get(group, {})
+        out: dict[TopicPartition, int | None] = {}
+        for tp in partitions:
+            offset = getattr(found.get(tp), "offset", None)
+            out[tp] = offset if isinstance(offset, int) and offset >= 0 else None
+        return out
+
     def close(self) -> None:
         for client in (self.consumer, self.ends, self.offsets):
             client.close(autocommit=False)
+        if self._admin is not None:
+            self._admin.close()

@@ -203,10 +203,14 @@ def make_plain_producer(settings: Settings, **config: Any) -> KafkaProducer:
     )
 
 
-def make_admin(settings: Settings) -> KafkaAdminClient:
+def make_admin(settings: Settings, **config: Any) -> KafkaAdminClient:
+    """An admin client with the ``[kafka]`` table; ``config`` overrides both."""
     exclude = _CONSUMER_ONLY | _PRODUCER_ONLY
     return _connect(
-        "admin client", KafkaAdminClient, settings, **_common(settings), **_table(settings, exclude)
+        "admin client",
+        KafkaAdminClient,
+        settings,
+        **{**_common(settings), **_table(settings, exclude), **config},
     )
 
 

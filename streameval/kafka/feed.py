@@ -19,6 +19,7 @@ from streameval.kafka.deadletter import dead_letter_record
 from streameval.kafka.ends import EndOffsets
 from streameval.kafka.partitions import PartitionState
 from streameval.kafka.placement import Placement
+from streameval.kafka.sources import Sources
 from streameval.kafka.stage import Stage
 from streameval.pipeline import Pipeline
 from streameval.records import Ignored, Rejection
@@ -41,6 +42,7 @@ class Feed:
         wall_clock: Callable[[], float],
         dead_letter_limit: int = DEAD_LETTER_LIMIT,
         position: Callable[[TopicPartition], int | None] | None = None,
+        sources: Sources | None = None,
     ) -> None:
         self.settings = settings
         self.transactions = transactions
@@ -58,6 +60,8 @@ class Feed:
         self.dead_letter_limit = dead_letter_limit
         #: the consumer's position in a partition, known without a request
         self.position = position
+        #: whether every record of the repartitioned topics has been committed into theirs
+        self.sources = sources
 
     def feed(self, batches: dict[TopicPartition, list[Any]], partitions: dict[int, PartitionState]) -> int:
         """A poll's records into the stage and the aligners, then everything they let go through
@@ -116,12 +120,15 @@ class Feed:
 
     def _caught_up(self, partition: int, ps: PartitionState) -> Callable[[str], bool]:
         """A topic of this partition is caught up when what was fetched reaches its known end; a
-        repartition topic, also only while the stage here has nothing pending and its end has
-        not grown for a commit interval (no stage elsewhere is about to commit more)."""
+        repartition topic, also only while every source record is committed into it
+        (:mod:`~streameval.kafka.sources`), the stage here has nothing pending and its end has
+        not grown for a commit interval."""
         fetched_all = self.ends.caught_up(partition, ps)
         if self.stage is None:
             return fetched_all
         stage, quiet_for = self.stage, self.settings.commit_interval + QUIET_MARGIN_S
+        sources = self.sources
+        assert sources is not None  # made with the stage
 
         def caught_up(topic: str) -> bool:
             if topic not in self.counted_as:
@@ -129,15 +136,19 @@ class Feed:
             tp = TopicPartition(topic, partition)
             if not fetched_all(topic) and not self._past_the_end(tp):
                 return False
-            return stage.idle() and self.ends.quiet(tp, quiet_for)
+            return not sources.pending and stage.idle() and self.ends.quiet(tp, quiet_for)
 
         return caught_up
 
     def _behind(self, partition: int, ps: PartitionState) -> Callable[[str], bool]:
-        """A topic of this partition has committed records on the broker not fetched yet."""
+        """A topic of this partition has committed records on the broker not fetched yet; a
+        repartition topic also while some source record is not committed into it yet."""
+        sources, rekeyed = self.sources, self.counted_as
 
         def behind(topic: str) -> bool:
             tp = TopicPartition(topic, partition)
+            if sources is not None and topic in rekeyed and sources.pending:
+                return True
             return self.ends.behind(tp, ps.fetched.get(topic), self._position(tp))
 
         return behind

@@ -47,6 +47,7 @@ from streameval.kafka.loglines import LoopLog
 from streameval.kafka.membership import Membership, Rebalance, Rebalanced
 from streameval.kafka.partitions import PartitionState
 from streameval.kafka.recovery import Recovery
+from streameval.kafka.sources import Sources
 from streameval.kafka.stage import Stage
 from streameval.kafka.topics import Topics, check_layout
 from streameval.pipeline import GroupCap
@@ -114,6 +115,10 @@ class ConsumerLoop:
             if settings.repartition and partition_count
             else None
         )
+        #: whether the stage, wherever it runs, has committed every source record
+        self.sources = (
+            Sources(settings.repartition, consumer, restorer.last_committed) if self.stage else None
+        )
         self.feed = Feed(
             settings,
             transactions,
@@ -123,6 +128,7 @@ class ConsumerLoop:
             wall_clock,
             dead_letter_limit,
             lambda tp: compat.known_position(consumer, tp),
+            self.sources,
         )
         # A repartition topic's records arrive with the stage's commits, one interval late; and a
         # stage that died with its transaction open holds back what its next owner writes after it
@@ -276,6 +282,8 @@ class ConsumerLoop:
         failed, self._give_up_failed = self._give_up_failed, None
         if failed is not None:
             raise failed  # the one failure path: a rewind (run_once)
+        if self.sources is not None and self.sources.refresh():
+            self.ends.due = 0.0  # the repartition topics' ends listed after their sources' offsets
         self.ends.refresh([tp for tp in self.consumer.assignment() if tp not in self.flow.paused])
         if self.rebalanced is Rebalanced.LOST:
             return 0  # every partition starts again from its checkpoint: these are read again

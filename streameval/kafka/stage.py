@@ -135,7 +135,10 @@ class Stage:
             stage_input = self.inputs[tp]
             if offset is not None:
                 self.consumer.seek(tp, offset)
-            stage_input.committed = stage_input.next = stage_input.fetched = offset
+            # a partition without a committed offset gets its starting one committed at the next
+            # checkpoint: every member can then tell that nothing before it is to be written
+            stage_input.committed = committed.get(tp)
+            stage_input.next = stage_input.fetched = offset
             stage_input.active = True
         self.flow.release(waiting)
 
@@ -193,8 +196,22 @@ class Stage:
             )
             self.inputs[tp].next = entry.offset + 1
             written += 1
+        self._to_position()
         self._balance()
         return written
+
+    def _to_position(self) -> None:
+        """A source partition whose fetched records are all written moves on to the consumer's
+        position, which passes commit markers and aborted records that no record covers: its
+        committed offset then reaches the partition's end (:mod:`~streameval.kafka.sources`)."""
+        for tp, stage_input in self.inputs.items():
+            if not stage_input.active or stage_input.next != stage_input.fetched:
+                continue
+            if self.aligner.buffered(_key(tp)):
+                continue
+            position = compat.known_position(self.consumer, tp)
+            if position is not None and stage_input.next is not None and position > stage_input.next:
+                stage_input.next = stage_input.fetched = position
 
     def _balance(self) -> None:
         pause, resume = [], []

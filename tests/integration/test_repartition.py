@@ -145,11 +145,6 @@ def _runs_the_stage(daemon: Daemon, topics: Topics) -> bool:
     return any(labels["topic"] == topics.clicks for labels, _ in lag)
 
 
-@pytest.mark.xfail(
-    reason="known race (README, Repartitioning): a join may count a repartition topic complete "
-    "while the dead stage's uncommitted source records are still to be re-read by its successor",
-    strict=False,
-)
 def test_two_instances_the_one_running_the_stage_killed_the_survivor_ends_exact(
     tmp_path, topics: Topics, daemons
 ) -> None:
