@@ -118,6 +118,7 @@ def _health_detail(view: View) -> str:
         "last checkpoint: "
         + ("none yet" if ops.last_checkpoint is None else f"{now - ops.last_checkpoint:.0f} s ago"),
         f"partitions restoring: {ops.partitions_restoring}",
+        f"records consumed: {sum(view.snapshot.counters.consumed.values())}",
     ]
     misrouted = view.snapshot.counters.misrouted
     if misrouted:

@@ -120,6 +120,7 @@ def test_router() -> None:
     assert call(app, "/metrics")[1].count("# HELP streameval_map ") == 1
     status, body = call(app, "/healthz")
     assert status.startswith("200") and "last checkpoint: " in body and "partitions restoring: 0" in body
+    assert "records consumed: 1" in body  # what the view counted (streameval_records_consumed_total)
     assert call(app, "/readyz")[0].startswith("503")
     status, page = call(app, "/")
     assert status.startswith("200") and "/api/summary" in page and "<svg" in page
