@@ -13,12 +13,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from grafana_foundation_sdk.builders.common import VizLegendOptions
 from grafana_foundation_sdk.builders.dashboard import CustomVariable, Dashboard, QueryVariable, Row
 from grafana_foundation_sdk.builders.prometheus import Dataquery as PrometheusQuery
 from grafana_foundation_sdk.builders.timeseries import Panel as Timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models.common import TimeZoneBrowser
-from grafana_foundation_sdk.models.dashboard import VariableRefresh
+from grafana_foundation_sdk.models.common import LegendDisplayMode, LegendPlacement, TimeZoneBrowser
+from grafana_foundation_sdk.models.dashboard import DynamicConfigValue, VariableRefresh
 
 OUT = Path(__file__).resolve().parent / "dashboards" / "streameval.json"
 GROUP = "{{model}} / {{surface}}"
@@ -28,11 +29,42 @@ def query(expr: str, legend: str) -> PrometheusQuery:
     return PrometheusQuery().expr(expr).legend_format(legend)
 
 
-def panel(title: str, unit: str, *targets: PrometheusQuery, description: str = "") -> Timeseries:
-    built = Timeseries().title(title).unit(unit).height(8).span(12).description(description)
+def panel(
+    title: str, unit: str, *targets: PrometheusQuery, description: str = "", axis: str = ""
+) -> Timeseries:
+    """A time series panel with its legend below and, where given, an axis title."""
+    built = (
+        Timeseries()
+        .title(title)
+        .unit(unit)
+        .height(8)
+        .span(12)
+        .description(description)
+        .axis_label(axis)
+        .legend(
+            VizLegendOptions()
+            .show_legend(True)
+            .display_mode(LegendDisplayMode.LIST)
+            .placement(LegendPlacement.BOTTOM)
+        )
+    )
     for target in targets:
         built = built.with_target(target)
     return built
+
+
+def dashed(built: Timeseries, regexp: str) -> Timeseries:
+    """Draw the series whose name matches ``regexp`` dashed and thin (bands, provisional values)."""
+    style = {"fill": "dash", "dash": [10, 10]}
+    return built.override_by_regexp(
+        regexp,
+        [DynamicConfigValue("custom.lineStyle", style), DynamicConfigValue("custom.lineWidth", 1)],
+    )
+
+
+def mean_axis(built: Timeseries) -> Timeseries:
+    """A mean of per-query values in [0, 1] (MAP, NDCG, recall, MRR, precision): the axis is too."""
+    return built.min(0).max(1).decimals(3)
 
 
 def build() -> Dashboard:
@@ -54,33 +86,77 @@ def build() -> Dashboard:
         .with_variable(label_variable("k", "k", multi=False))
         .with_row(Row("Ranking quality"))
         .with_panel(
-            panel(
-                "Settled MAP@$k with ±2 standard errors",
-                "none",
-                query(mean, GROUP),
-                query(f"{mean} - 2 * {stderr}", GROUP + " -2 SE"),
-                query(f"{mean} + 2 * {stderr}", GROUP + " +2 SE"),
-                description="Mean over the settled queries of the window, summed over all instances; "
-                "a difference of more than 2-3 combined standard errors is not noise.",
-            )
-        )
-        .with_panel(
-            panel(
-                "Provisional (open queries) next to settled MAP@$k",
-                "none",
-                query(
-                    'streameval_provisional_map{k="$k", model=~"$model", surface=~"$surface"}',
-                    GROUP + " provisional ({{instance}})",
+            dashed(
+                mean_axis(
+                    panel(
+                        "Settled MAP@$k with ±2 standard errors",
+                        "none",
+                        query(mean, GROUP),
+                        query(f"{mean} - 2 * {stderr}", GROUP + " -2 SE"),
+                        query(f"{mean} + 2 * {stderr}", GROUP + " +2 SE"),
+                        description="Mean over the settled queries of the window, summed over all "
+                        "instances (solid), and ±2 standard errors (dashed); a difference of more than "
+                        "2-3 combined standard errors is not noise.",
+                        axis="MAP@$k",
+                    )
                 ),
-                query(mean, GROUP + " settled"),
-                description="Provisional values move until the queries settle; per instance.",
+                " [-+]2 SE$",
             )
         )
         .with_panel(
-            panel(
-                "Other metrics (NDCG, recall, MRR, precision)",
-                "none",
-                query(f'window_group:streameval_metric:mean{{metric!="map", {sel}}}', "{{metric}} " + GROUP),
+            dashed(
+                panel(
+                    "Difference from control, MAP@$k, with ±2 standard errors",
+                    "none",
+                    query(f'window_group:streameval_metric_vs_control:diff{{metric="map", {sel}}}', GROUP),
+                    query(
+                        f'window_group:streameval_metric_vs_control:diff{{metric="map", {sel}}}'
+                        f' - 2 * window_group:streameval_metric_vs_control:stderr{{metric="map", {sel}}}',
+                        GROUP + " -2 SE",
+                    ),
+                    query(
+                        f'window_group:streameval_metric_vs_control:diff{{metric="map", {sel}}}'
+                        f' + 2 * window_group:streameval_metric_vs_control:stderr{{metric="map", {sel}}}',
+                        GROUP + " +2 SE",
+                    ),
+                    description="Each model's settled MAP minus the control model's on the same surface "
+                    "(streameval:control_model:info), with ±2 standard errors of the difference "
+                    "(dashed). Below zero with the whole band: worse than control beyond noise; "
+                    "StreamevalVariantBelowControl also needs 5% of control's MAP.",
+                    axis="MAP@$k minus control",
+                ).axis_centered_zero(True),
+                " [-+]2 SE$",
+            )
+        )
+        .with_panel(
+            dashed(
+                mean_axis(
+                    panel(
+                        "Provisional (open queries, dashed) next to settled MAP@$k",
+                        "none",
+                        query(
+                            'streameval_provisional_map{k="$k", model=~"$model", surface=~"$surface"}',
+                            GROUP + " provisional ({{instance}})",
+                        ),
+                        query(mean, GROUP + " settled"),
+                        description="Provisional values (dashed) move until the queries settle; per "
+                        "instance. Settled values are solid.",
+                        axis="MAP@$k",
+                    )
+                ),
+                " provisional ",
+            )
+        )
+        .with_panel(
+            mean_axis(
+                panel(
+                    "Other metrics (NDCG, recall, MRR, precision)",
+                    "none",
+                    query(
+                        f'window_group:streameval_metric:mean{{metric!="map", {sel}}}', "{{metric}} " + GROUP
+                    ),
+                    axis="mean over queries",
+                )
             )
         )
         .with_panel(
@@ -88,14 +164,18 @@ def build() -> Dashboard:
                 "Settled queries in the window",
                 "short",
                 query(f"window_group:streameval_queries:sum{{{groups}}}", GROUP),
-            )
+                axis="queries",
+            ).min(0)
         )
         .with_panel(
             panel(
                 "Share of queries with engagement",
                 "percentunit",
                 query(f"window_group:streameval_engaged_queries:ratio{{{groups}}}", GROUP),
+                axis="share of queries",
             )
+            .min(0)
+            .max(1)
         )
         .with_panel(
             panel(
