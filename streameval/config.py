@@ -190,6 +190,10 @@ class Settings:
             validate.table,
         ),
     )
+    control: Mapping[str, str] = _key(
+        {"model": "control"},
+        Key(DEFINITIONS, "the control group's labels, a TOML table (README, Monitoring)", validate.table),
+    )
     input: InputMapping = _key(
         InputMapping,
         Key(
@@ -376,6 +380,7 @@ def _build(raw: Mapping[str, Any], sources: Mapping[str, str]) -> Settings:
 _DEPENDENT: dict[str, Callable[[Any, tuple[str, ...], Mapping[str, float]], Any]] = {
     "labels_allow": lambda v, group_by, grades: validate.labels_allow(v, group_by),
     "labels_max_values": lambda v, group_by, grades: validate.labels_max_values(v, group_by),
+    "control": lambda v, group_by, grades: validate.control(v, group_by),
     "input": InputMapping.parse,
 }
 

@@ -1,7 +1,9 @@
 """A bounded history of the headline numbers, for the live page (``/``, ``/api/summary``).
 
 Each point holds, per group, ``[mean, standard error, queries]`` of the settled queries in the
-window and the provisional mean of the open queries.
+window and the provisional mean of the open queries; and, per group that has a control
+counterpart (config ``control``: the same labels but the control's), ``[difference of the
+means, its standard error]``, the standard error sqrt(se² + se_control²).
 
 Pure: :meth:`History.record` takes a :class:`~streameval.view.View` (at most one point per
 ``every`` seconds of the view's clock) and :meth:`History.summary` returns plain JSON-able data.
@@ -31,6 +33,37 @@ def mean_and_se(total: float, squares: float, n: int) -> tuple[float | None, flo
     return mean, math.sqrt(variance / n)
 
 
+def control_of(view: View, group: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The control group (config ``control``) that ``group`` is compared with: the same labels
+    but the control's; None for the control itself, or when ``control`` names a label that is
+    not grouped by."""
+    names = view.settings.group_by
+    control = view.settings.control
+    if not control or any(label not in names for label in control):
+        return None
+    other = tuple(control.get(name, value) for name, value in zip(names, group, strict=True))
+    return None if other == group else other
+
+
+def versus_control(
+    view: View, points: dict[tuple[str, ...], tuple[float | None, float | None]]
+) -> dict[str, list[float | None]]:
+    """Per group with a control counterpart in ``points`` (group -> mean, standard error): the
+    difference of the means and its standard error, sqrt(se^2 + se_control^2) (None when either
+    is unknown)."""
+    out: dict[str, list[float | None]] = {}
+    for group, (mean, se) in points.items():
+        other = control_of(view, group)
+        if other is None or other not in points or mean is None:
+            continue
+        control_mean, control_se = points[other]
+        if control_mean is None:
+            continue
+        both = None if se is None or control_se is None else math.sqrt(se * se + control_se * control_se)
+        out[_label(view, group)] = [mean - control_mean, both]
+    return out
+
+
 def _label(view: View, group: tuple[str, ...]) -> str:
     return ", ".join(f"{k}={v}" for k, v in zip(view.settings.group_by, group, strict=True)) or "(all)"
 
@@ -50,6 +83,7 @@ class History:
         s, snap = view.settings, view.snapshot
         window = s.windows[0].name
         groups = {}
+        means: dict[tuple[str, ...], tuple[float | None, float | None]] = {}
         for group, sums in snap.windows.get(window, {}).items():
             count = sums.count(s.metrics[0], s.no_relevant)
             if MEASURES[s.metrics[0].name].weighted:  # no per-query standard error
@@ -59,12 +93,14 @@ class History:
             provisional = snap.provisional.get(group)
             now = provisional.means(s.metrics[:1], s.no_relevant)[0] if provisional else None
             groups[_label(view, group)] = [mean, se, sums.queries, now]
+            means[group] = (mean, se)
         c = snap.counters
         lag = view.wall_time - snap.watermark if math.isfinite(snap.watermark) else None
         self.points.append(
             {
                 "t": view.wall_time,
                 "groups": groups,
+                "vs_control": versus_control(view, means),
                 "records": sum(c.consumed.values()),
                 "rejected": sum(c.rejected.values()),
                 "unattributed": sum(c.unattributed.values()),
@@ -102,6 +138,8 @@ class History:
             "metrics": [str(m) for m in s.metrics],
             "window": window,
             "groups": names,
+            "compared": sorted({name for p in self.points for name in p["vs_control"]}),
+            "control": ", ".join(f"{k}={v}" for k, v in s.control.items()),
             "points": [{**p, "groups": {n: p["groups"].get(n) for n in names}} for p in self.points],
             "table": table,
             "totals": {

@@ -199,6 +199,19 @@ def labels_allow(value: Mapping[str, Any], group_by: tuple[str, ...]) -> Mapping
     return MappingProxyType(out)
 
 
+def control(value: Mapping[str, Any], group_by: tuple[str, ...]) -> Mapping[str, str]:
+    out = {}
+    for label, wanted in value.items():
+        if label not in group_by:
+            raise ValueError(f"{label!r} is not a group_by label ({', '.join(group_by)})")
+        if not isinstance(wanted, str):
+            raise ValueError(f'{label}: must be a string, e.g. {{model = "control"}}')
+        out[label] = wanted
+    if not out:
+        raise ValueError('name the control group by one label at least, e.g. {model = "control"}')
+    return MappingProxyType(out)
+
+
 def labels_max_values(value: Mapping[str, Any], group_by: tuple[str, ...]) -> Mapping[str, int]:
     out = {}
     for label, cap in value.items():

@@ -40,9 +40,9 @@ def test_demo_shows_map_of_three_models_within_30_s_and_stops_on_sigterm(tmp_pat
     assert f"http://127.0.0.1:{demo.port}/" in out and "Traceback" not in out
 
 
-def _series(dom: str) -> dict[str, list[float]]:
-    """The values behind each line of the main chart, as the page put them in the DOM."""
-    main = dom.split('id="main"', 1)[1].split("</svg>", 1)[0]
+def _series(dom: str, chart: str = "main") -> dict[str, list[float]]:
+    """The values behind each line of a chart, as the page put them in the DOM."""
+    main = dom.split(f'id="{chart}"', 1)[1].split("</svg>", 1)[0]
     return {
         html.unescape(name): json.loads(html.unescape(values))
         for name, values in re.findall(r'class="line" data-series="([^"]*)" data-values="([^"]*)"', main)
@@ -75,6 +75,17 @@ def test_live_page_in_chromium_shows_the_regression(tmp_path, demos) -> None:
         assert max(values) - values[-1] > 0.15, (name, values)
         assert values[-1] < min(v[-1] for v in others.values()), (name, values[-1])
     assert dom.count('class="band"') >= 6
+    # versus control: candidate-a ends below control on both surfaces; candidate-b is compared too
+    versus = _series(dom, "diff")
+    assert {name for name in versus if "candidate-a" in name} == {
+        "model=candidate-a, surface=home",
+        "model=candidate-a, surface=search",
+    }, versus.keys()
+    assert len(versus) == 4 and not any("model=control" in name for name in versus)
+    for name, values in versus.items():
+        if "candidate-a" in name:
+            assert values[-1] < -0.1 < values[0], (name, values)
+    assert "time (UTC)" in dom and 'class="axis-title"' in dom
     screenshot = tmp_path / "demo.png"
     subprocess.run(
         [*browser, "--virtual-time-budget=8000", "--window-size=1300,1150", f"--screenshot={screenshot}"]
