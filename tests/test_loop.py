@@ -323,19 +323,27 @@ def test_the_stage_rekeys_events_by_query_and_the_join_counts_them_as_from_their
     assert loop.ready
 
 
-def test_an_aborted_checkpoint_writes_the_stages_records_again_once() -> None:
-    cluster = Cluster({"impressions": 2, "clicks": 3, "streameval-repartition-clicks": 2})
+def _queries_clicked_by_user(cluster: Cluster, n: int) -> list[tuple[int, bytes, str]]:
+    """n queries on 2 impressions partitions, each clicked once, the clicks keyed by user on 3
+    partitions; returns (the query's partition, the click, the query id) of each."""
     placement = Placement(2)
-    for i in range(12):
+    clicks = []
+    for i in range(n):
         qid = f"q{i}"
         cluster.produce(
             "impressions",
             placement.partition_of(qid),
             orjson.dumps({"query_id": qid, "ts": T0 + i, "items": ["a"]}),
         )
-        cluster.produce(
-            "clicks", i % 3, orjson.dumps({"query_id": qid, "item": "a", "type": "click", "ts": T0 + i})
-        )
+        click = orjson.dumps({"query_id": qid, "item": "a", "type": "click", "ts": T0 + i})
+        cluster.produce("clicks", i % 3, click, key=b"user")
+        clicks.append((placement.partition_of(qid), click, qid))
+    return clicks
+
+
+def test_an_aborted_checkpoint_writes_the_stages_records_again_once() -> None:
+    cluster = Cluster({"impressions": 2, "clicks": 3, "streameval-repartition-clicks": 2})
+    _queries_clicked_by_user(cluster, 12)
     loop, transactions, clock = _rekeying_loop(cluster)
     loop.run_once()  # the assignment
     loop.run_once()  # offsets known, sought; the stage writes into the open transaction
@@ -356,18 +364,7 @@ def test_the_join_waits_for_source_records_another_members_stage_has_not_committ
     empty repartition topic complete; once those records are written and their offsets
     committed, every one is attributed."""
     cluster = Cluster({"impressions": 2, "clicks": 3, "streameval-repartition-clicks": 2})
-    placement = Placement(2)
-    clicks = []
-    for i in range(12):
-        qid = f"q{i}"
-        cluster.produce(
-            "impressions",
-            placement.partition_of(qid),
-            orjson.dumps({"query_id": qid, "ts": T0 + i, "items": ["a"]}),
-        )
-        click = orjson.dumps({"query_id": qid, "item": "a", "type": "click", "ts": T0 + i})
-        cluster.produce("clicks", i % 3, click, key=b"user")
-        clicks.append((placement.partition_of(qid), click, qid))
+    clicks = _queries_clicked_by_user(cluster, 12)
     now = [T0 + 3600]
     consumer = FakeConsumer(cluster)
     loop = ConsumerLoop(
