@@ -192,7 +192,7 @@ class Settings:
     )
     control: Mapping[str, str] = _key(
         {"model": "control"},
-        Key(DEFINITIONS, "the control group's labels, a TOML table (README, Monitoring)", validate.table),
+        Key(DEFINITIONS, "the control group's labels, a TOML table (README, Quick start)", validate.table),
     )
     input: InputMapping = _key(
         InputMapping,
