@@ -45,8 +45,6 @@ class Sources:
         self.clock = clock
         #: some source partition has records its committed offset does not cover (or not known yet)
         self.pending = True
-        #: source partition -> records past its committed offset, as last seen
-        self.behind: dict[TopicPartition, int] = {}
         self.due = 0.0
         self.backoff = END_OFFSETS_INTERVAL_S
 
@@ -73,10 +71,7 @@ class Sources:
             log.debug("repartitioned topics: committed offsets or ends not available: %s", exc)
             return False
         self.backoff = END_OFFSETS_INTERVAL_S
-        self.behind = {}
-        for tp in partitions:
-            end, done = ends.get(tp), committed.get(tp)
-            if end is not None and end > (done if done is not None else 0):
-                self.behind[tp] = end - (done if done is not None else 0)
-        self.pending = not partitions or bool(self.behind)
+        self.pending = not partitions or any(
+            (end := ends.get(tp)) is not None and end > (committed.get(tp) or 0) for tp in partitions
+        )
         return True
