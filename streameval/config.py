@@ -2,8 +2,9 @@
 
 Precedence, highest first: command-line flags (``--key-with-dashes``), environment variables
 (``STREAMEVAL_<KEY>``; the ``[kafka]`` table from ``STREAMEVAL_KAFKA_<KEY>``), the TOML file
-(``--config``), the defaults below. This module is the only reader of files, environment and
-flags for configuration. Every problem raises :class:`ConfigError` naming the key.
+(``--config``, read by :func:`~streameval.keys.read_toml`), the defaults below. This module is
+the only reader of files, environment and flags for configuration. Every problem raises
+:class:`ConfigError` naming the key.
 
 Each key is described once, as a field of :class:`Settings` with its :class:`Key` (help group,
 one line of help, validator): the flags and their ``--help``, the environment and the README's
@@ -13,7 +14,6 @@ Configuration table (:func:`markdown_table`, held to the README by a test) all c
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
@@ -21,7 +21,7 @@ from typing import Any
 
 from streameval import keys, validate
 from streameval.errors import ConfigError
-from streameval.keys import DEFINITIONS, HTTP, INPUTS, KAFKA, WINDOWS, Key
+from streameval.keys import DEFINITIONS, HTTP, INPUTS, KAFKA, WINDOWS, Key, read_toml
 from streameval.keys import duration_key as _duration
 from streameval.keys import key as _key
 from streameval.mapping import InputMapping
@@ -194,6 +194,18 @@ class Settings:
         {"model": "control"},
         Key(DEFINITIONS, "the control group's labels, a TOML table (README, Quick start)", validate.table),
     )
+    detect_min_effect: float = _key(
+        0.05,
+        Key(
+            DEFINITIONS,
+            "relative drop of the first metric the detectors look for (README, Regression detectors)",
+            validate.share,
+        ),
+    )
+    detect_arl: float = _key(
+        1000 * 86400.0, _duration(DEFINITIONS, "average event time between a detector's false alarms")
+    )
+    detect_reference: float = _key(86400.0, _duration(DEFINITIONS, "how far back a group's own reference is"))
     input: InputMapping = _key(
         InputMapping,
         Key(
@@ -299,19 +311,6 @@ def markdown_table() -> str:
     """The README's Configuration table."""
     defaults = Settings()
     return keys.markdown_table({k: (d, getattr(defaults, k)) for k, d in KEYS.items()})
-
-
-def read_toml(path: str) -> dict[str, Any]:
-    """Read a TOML config file; every failure is a ConfigError naming the file."""
-    try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
-    except FileNotFoundError:
-        raise ConfigError(f"config file {path}: not found") from None
-    except OSError as exc:
-        raise ConfigError(f"config file {path}: cannot be read ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path}: not valid TOML ({exc})") from None
 
 
 def load_settings(

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from streameval.errors import ConfigError
 from streameval.scoring.spec import MetricSpec
 from streameval.validate import Window, format_duration, parse_duration
 
@@ -137,3 +138,16 @@ def parse_kafka_text(key: str, text: str) -> Any:
     if _KAFKA_STRING_WORDS.intersection(key.split("_")):
         return text
     return parse_text(None, text)
+
+
+def read_toml(path: str) -> dict[str, Any]:
+    """Read a TOML config file; every failure is a ConfigError naming the file."""
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path}: not found") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: cannot be read ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path}: not valid TOML ({exc})") from None

@@ -110,6 +110,14 @@ def number(value: Any) -> float:
     return float(value)
 
 
+def share(value: Any) -> float:
+    """A share in (0, 1)."""
+    checked = number(value)
+    if not 0 < checked < 1:
+        raise ValueError(f"{checked} is not between 0 and 1 (a share, e.g. 0.05)")
+    return checked
+
+
 def metrics(value: Any) -> tuple[MetricSpec, ...]:
     specs = [MetricSpec.parse(string(v)) for v in split_list(value)]
     if not specs:

@@ -1,0 +1,249 @@
+"""``python -m benchmarks.alerts``: how often the regression detectors raise a false alarm, and how
+soon they catch a real drop (README, Regression detectors: Alert quality).
+
+1. Per-query values: ``streameval simulate``'s traffic (seed 1, its default models) through the
+   daemon's own pipeline, in event time; each settled query's first-metric value as it counts
+   (README, Definitions), pooled per surface from the control model's queries.
+2. Traffic levels: *busy* is the simulator's default rate (100 records/s: 4-12 counted queries a
+   second per model and surface), *thin* has the same mix at 1/50 of it (about 170-590 counted
+   queries an hour per group). Each minute, each group (3 models x 2 surfaces) gets a Poisson
+   number of queries at its level, drawn from its surface's pool: every model serves the
+   control's rankings, so the traffic is A/A for both detectors.
+3. A/A: many simulated days through :class:`streameval.detect.Detectors` after a day and an
+   hour of warm-up; false alarms = alarm onsets per (detector, group) and day.
+4. Regressions: from a moment in the second day, a share d of one candidate's counted queries
+   get the value 0 (as ``simulate --regress`` does: its MAP falls by d); the delay is from that
+   moment to the alarm, which comes when the minute is settled (its end + the 30 min horizon).
+
+Nothing here asserts; it prints the table and writes ``benchmarks/alerts.json``.
+
+    pip install -e ".[bench]"
+    python -m benchmarks.alerts              # about 10 minutes on 2 cores
+    python -m benchmarks.alerts --scale 0.1  # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from streameval.config import Settings
+from streameval.detect import MINUTE, Detectors, Group
+from streameval.join import OpenQuery
+from streameval.pipeline import Pipeline
+from streameval.simulate import MODELS, SURFACES, Simulator, topic_of
+
+HERE = Path(__file__).resolve().parent
+START = 1_700_000_000.0 - 1_700_000_000.0 % 86400
+BUSY_RATE = 100.0
+THIN_FACTOR = 50.0
+SIZES = (0.02, 0.05, 0.10, 0.20, 0.40)
+HORIZON = 1800.0
+DAY_MIN = 1440
+#: a run after a regression ends this long after it, caught or not
+FOLLOW_MIN = {"busy": 12 * 60, "thin": 24 * 60}
+GROUPS: list[Group] = [(m, s) for m in MODELS for s in SURFACES]
+CANDIDATES = [g for g in GROUPS if g[0] != "control"]
+
+
+def say(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+class _Capture(Pipeline):
+    """The pipeline, keeping each settled query's counted first-metric value per surface."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.values: dict[str, list[float]] = {s: [] for s in SURFACES}
+        self.counted: dict[Group, int] = {g: 0 for g in GROUPS}
+
+    def settled(self, query: OpenQuery) -> None:
+        super().settled(query)
+        if query.values is None:
+            return
+        group = tuple(query.group)
+        self.counted[group] += 1
+        if group[0] == "control":
+            self.values[group[1]].append(query.values[0])
+
+
+def pools(hours: float) -> tuple[dict[str, np.ndarray], dict[Group, float]]:
+    """Control's per-query values per surface, and counted queries a minute per group at the
+    busy level."""
+    settings = Settings()
+    pipe = _Capture(settings)
+    sim = Simulator(seed=1, start=START, rate=BUSY_RATE, bad_share=0.0, late_by=0.0)
+    for record in sim.records(until=START + hours * 3600):
+        topic = topic_of(settings, record.kind)
+        pipe.handle(topic, pipe.decode(topic, record.value))
+    pipe.finish()
+    minutes = hours * 60
+    return (
+        {s: np.array(v) for s, v in pipe.values.items()},
+        {g: n / minutes for g, n in pipe.counted.items()},
+    )
+
+
+class Traffic:
+    """Minute moments per group at one level, drawn from the pools."""
+
+    def __init__(self, pool: dict[str, np.ndarray], rates: dict[Group, float], seed: int) -> None:
+        self.pool, self.rates = pool, rates
+        self.rng = np.random.default_rng(seed)
+
+    def minute(self, broken: Group | None = None, drop: float = 0.0) -> dict[Group, list[float]]:
+        out = {}
+        for group in GROUPS:
+            n = int(self.rng.poisson(self.rates[group]))
+            if n == 0:
+                continue
+            x = self.rng.choice(self.pool[group[1]], n)
+            if group == broken:
+                x = np.where(self.rng.random(n) < drop, 0.0, x)
+            out[group] = [float(n), float(x.sum()), float((x * x).sum())]
+        return out
+
+
+def detectors(settings: Settings) -> Detectors:
+    return Detectors(
+        settings.detect_min_effect,
+        settings.detect_arl,
+        settings.detect_reference,
+        lambda g: None if g[0] == "control" else ("control", g[1]),
+    )
+
+
+def warm(traffic: Traffic, settings: Settings, minutes: int) -> Detectors:
+    d = detectors(settings)
+    for m in range(minutes):
+        d.minute(m, traffic.minute())
+    return d
+
+
+def aa(level: str, traffic: Traffic, settings: Settings, days: int) -> dict[str, Any]:
+    """Alarm onsets over ``days`` A/A days after the warm-up."""
+    warmup = DAY_MIN + 60
+    d = warm(traffic, settings, warmup)
+    before = {k: c.alarms for k, c in d.cusums.items()}
+    last = time.monotonic()
+    for m in range(warmup, warmup + days * DAY_MIN):
+        d.minute(m, traffic.minute())
+        if time.monotonic() - last > 30:
+            last = time.monotonic()
+            say(f"  {level} A/A: day {(m - warmup) // DAY_MIN + 1:,} of {days:,}")
+    out: dict[str, Any] = {}
+    for kind, pairs in (("control", CANDIDATES), ("reference", GROUPS)):
+        alarms = sum(d.cusums[(kind, g)].alarms - before.get((kind, g), 0) for g in pairs)
+        out[kind] = {
+            "alarms": alarms,
+            "group_days": days * len(pairs),
+            "per_group_day": alarms / (days * len(pairs)),
+        }
+    return out
+
+
+def regressions(level: str, traffic: Traffic, settings: Settings, runs: int) -> dict[str, Any]:
+    """Per size, per detector: the delay of each run's first alarm on the broken group (None if
+    not within the follow-up)."""
+    warmup = DAY_MIN + 60
+    base = warm(traffic, settings, warmup).to_dict()
+    follow = FOLLOW_MIN[level]
+    out: dict[str, Any] = {}
+    for size in SIZES:
+        delays: dict[str, list[float | None]] = {"control": [], "reference": []}
+        for run in range(runs):
+            broken = CANDIDATES[run % len(CANDIDATES)]
+            d = detectors(settings)
+            d.load(base)
+            start_min = warmup + int(traffic.rng.integers(0, 60))
+            start = start_min * MINUTE + float(traffic.rng.random()) * MINUTE
+            first: dict[str, float | None] = {"control": None, "reference": None}
+            for m in range(start_min, start_min + follow):
+                # queries of the minute before the regression start are not broken
+                minute = traffic.minute(broken, size)
+                for kind, group in d.minute(m, minute):
+                    if group == broken and first[kind] is None:
+                        first[kind] = (m + 1) * MINUTE + HORIZON - start
+                if all(v is not None for v in first.values()):
+                    break
+            for kind in delays:
+                delays[kind].append(first[kind])
+        out[f"{size:.2f}"] = {kind: summary(v) for kind, v in delays.items()}
+        say(
+            f"  {level} {size:.0%} drop: "
+            + ", ".join(f"{k} {describe(s)}" for k, s in out[f"{size:.2f}"].items())
+        )
+    return out
+
+
+def summary(delays: list[float | None]) -> dict[str, Any]:
+    caught = sorted(v for v in delays if v is not None)
+    n = len(delays)
+    if not caught:
+        return {"runs": n, "caught": 0.0, "median_min": None, "p90_min": None}
+    ordered = sorted(math.inf if v is None else v for v in delays)
+    p90 = ordered[min(n - 1, math.ceil(0.9 * n) - 1)]
+    return {
+        "runs": n,
+        "caught": len(caught) / n,
+        "median_min": round(statistics.median(ordered) / 60, 1)
+        if math.isfinite(statistics.median(ordered))
+        else None,
+        "p90_min": round(p90 / 60, 1) if math.isfinite(p90) else None,
+    }
+
+
+def describe(s: dict[str, Any]) -> str:
+    return f"caught {s['caught']:.0%}, median {s['median_min']} min, p90 {s['p90_min']} min"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.alerts", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="share of the full run's days and runs")
+    parser.add_argument("--out", default=str(HERE / "alerts.json"), help="where the JSON goes")
+    args = parser.parse_args(argv)
+    settings = Settings()
+    say("per-query values: 6 simulated hours through the pipeline")
+    pool, busy = pools(6.0)
+    for surface, values in pool.items():
+        say(f"  {surface}: {len(values):,} control queries, mean {values.mean():.4f}, sd {values.std():.4f}")
+    say("  counted queries a minute: " + ", ".join(f"{'/'.join(g)} {r:.1f}" for g, r in busy.items()))
+    rates = {"busy": busy, "thin": {g: r / THIN_FACTOR for g, r in busy.items()}}
+    result: dict[str, Any] = {
+        "settings": {
+            "detect_min_effect": settings.detect_min_effect,
+            "detect_arl_days": settings.detect_arl / 86400,
+            "detect_reference_days": settings.detect_reference / 86400,
+        },
+        "queries_per_hour": {
+            level: {"/".join(g): round(r * 60) for g, r in rs.items()} for level, rs in rates.items()
+        },
+        "levels": {},
+    }
+    for seed, (level, level_rates) in enumerate(rates.items()):
+        traffic = Traffic(pool, level_rates, seed)
+        days = max(1, round((300 if level == "busy" else 1000) * args.scale))
+        runs = max(4, round(100 * args.scale))
+        say(f"{level}: {days:,} A/A days")
+        found = aa(level, traffic, settings, days)
+        say(
+            f"{level}: false alarms per group-day "
+            + ", ".join(f"{k} {v['per_group_day']:.4f}" for k, v in found.items())
+        )
+        say(f"{level}: {runs} runs per drop")
+        result["levels"][level] = {"aa": found, "drops": regressions(level, traffic, settings, runs)}
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    say(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
