@@ -26,8 +26,10 @@ A minute where either side has no counted query, or a baseline is still warming 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
+
+from streameval.scoring.measures import MEASURES
 
 MINUTE = 60.0
 HOUR_MIN = 60
@@ -70,22 +72,32 @@ def mean_var(m: Moments) -> tuple[float, float]:
 class Cusum:
     """One CUSUM: its statistic and whether it is alarmed; ``alarms`` counts onsets."""
 
-    __slots__ = ("value", "alarmed", "alarms", "h", "last")
+    __slots__ = ("value", "alarmed", "alarms", "h", "onset", "last")
 
-    def __init__(self, value: float = 0.0, alarmed: bool = False, alarms: int = 0, h: float = 0.0) -> None:
+    def __init__(
+        self,
+        value: float = 0.0,
+        alarmed: bool = False,
+        alarms: int = 0,
+        h: float = 0.0,
+        onset: int | None = None,
+    ) -> None:
         self.value, self.alarmed, self.alarms = value, alarmed, alarms
+        #: the minute whose data raised the last alarm
+        self.onset = onset
         #: the threshold of the last step (0 before the first)
         self.h = h
         #: the last minute's comparison: (difference of means, its standard error), for gauges
         self.last: tuple[float, float] | None = None
 
-    def step(self, llr: float, h: float) -> bool:
+    def step(self, minute: int, llr: float, h: float) -> bool:
         """Add one minute's log likelihood ratio; True when this step raised the alarm."""
         self.h = h
         self.value = min(h, max(0.0, self.value + llr))
         if not self.alarmed and self.value >= h:
             self.alarmed = True
             self.alarms += 1
+            self.onset = minute
             return True
         if self.alarmed and self.value <= 0.0:
             self.alarmed = False
@@ -93,6 +105,19 @@ class Cusum:
 
     def state(self) -> str:
         return ALARM if self.alarmed else WATCHING if self.value > 0.0 else QUIET
+
+
+def control_lookup(group_by: Sequence[str], control: Mapping[str, str]) -> Callable[[Group], Group | None]:
+    """group -> its control group (config ``control``): the same labels but the control's; None
+    for the control itself, or when ``control`` names a label that is not grouped by."""
+
+    def lookup(group: Group) -> Group | None:
+        if not control or any(label not in group_by for label in control):
+            return None
+        other = tuple(control.get(name, value) for name, value in zip(group_by, group, strict=True))
+        return None if other == group else other
+
+    return lookup
 
 
 class Detectors:
@@ -113,6 +138,19 @@ class Detectors:
         self.hours: dict[Group, dict[int, Moments]] = {}
         self.cusums: dict[tuple[str, Group], Cusum] = {}
 
+    @classmethod
+    def of(cls, settings: Any) -> Detectors | None:
+        """The detectors ``settings`` configure; None when the first metric is weighted
+        (``wmap``: no per-query value to test)."""
+        if MEASURES[settings.metrics[0].name].weighted:
+            return None
+        return cls(
+            settings.detect_min_effect,
+            settings.detect_arl,
+            settings.detect_reference,
+            control_lookup(settings.group_by, settings.control),
+        )
+
     # --- input ---------------------------------------------------------------------------------
 
     def minute(self, minute: int, sums: Mapping[Group, Moments]) -> list[tuple[str, Group]]:
@@ -131,12 +169,14 @@ class Detectors:
                 if other is not None and other[0] > 0:
                     base = self.baselines.get(control)
                     rate = None if base is None else base[0] * (1.0 - DECAY)
-                    if self._compare("control", group, moments, base, other, other[0], rate):
+                    if self._compare("control", minute, group, moments, base, other, other[0], rate):
                         raised.append(("control", group))
             ref_hour = (minute - self.reference_min) // HOUR_MIN
             ref = self.hours.get(group, {}).get(ref_hour)
             if ref is not None and ref[0] >= WARMUP:
-                if self._compare("reference", group, moments, ref, ref, ref[0] / HOUR_MIN, ref[0] / HOUR_MIN):
+                if self._compare(
+                    "reference", minute, group, moments, ref, ref, ref[0] / HOUR_MIN, ref[0] / HOUR_MIN
+                ):
                     raised.append(("reference", group))
         self._remember(minute, sums)
         self.last_minute = minute
@@ -150,6 +190,7 @@ class Detectors:
     def _compare(
         self,
         kind: str,
+        minute: int,
         group: Group,
         moments: Moments,
         base_r: Moments | None,
@@ -175,7 +216,7 @@ class Detectors:
             return False
         usual = var_g / (base_g[0] * (1.0 - DECAY)) + var_r / rate_r  # v at the usual traffic
         h = threshold(self.arl_minutes, theta * theta / (2.0 * usual))
-        return cusum.step(theta * (-d - theta / 2.0) / v, h)
+        return cusum.step(minute, theta * (-d - theta / 2.0) / v, h)
 
     def _remember(self, minute: int, sums: Mapping[Group, Moments]) -> None:
         """Age every baseline by a minute's decay per minute passed, add this minute, and keep
@@ -211,7 +252,16 @@ class Detectors:
             "baselines": [[list(g), b] for g, b in self.baselines.items()],
             "hours": [[list(g), [[h, m] for h, m in hours.items()]] for g, hours in self.hours.items()],
             "cusums": [
-                [k, list(g), c.value, c.alarmed, c.alarms, c.h, None if c.last is None else list(c.last)]
+                [
+                    k,
+                    list(g),
+                    c.value,
+                    c.alarmed,
+                    c.alarms,
+                    c.h,
+                    c.onset,
+                    None if c.last is None else list(c.last),
+                ]
                 for (k, g), c in self.cusums.items()
             ],
         }
@@ -222,9 +272,56 @@ class Detectors:
         self.baselines = {tuple(g): list(b) for g, b in data["baselines"]}
         self.hours = {tuple(g): {h: list(m) for h, m in hours} for g, hours in data["hours"]}
         self.cusums = {}
-        for kind, g, value, alarmed, alarms, h, last in data["cusums"]:
-            cusum = self.cusums[(kind, tuple(g))] = Cusum(value, alarmed, alarms, h)
+        for kind, g, value, alarmed, alarms, h, onset, last in data["cusums"]:
+            cusum = self.cusums[(kind, tuple(g))] = Cusum(value, alarmed, alarms, h, onset)
             cusum.last = None if last is None else (last[0], last[1])
+
+
+class MinuteSums:
+    """One pipeline's settled queries per event-time minute and group, until the minute is
+    complete: when the settled frontier has passed its end, no query of it can settle later."""
+
+    __slots__ = ("open", "no_relevant_counts")
+
+    def __init__(self, no_relevant: str) -> None:
+        #: minute -> group -> moments of its counted queries so far
+        self.open: dict[int, dict[Group, Moments]] = {}
+        self.no_relevant_counts = no_relevant == "zero"
+
+    @classmethod
+    def of(cls, settings: Any) -> MinuteSums | None:
+        """The accumulator ``settings`` need; None when the detectors are off (a weighted first
+        metric)."""
+        return None if MEASURES[settings.metrics[0].name].weighted else cls(settings.no_relevant)
+
+    def counted(self, values: Any) -> float | None:
+        """A query's value as the detectors count it (``values`` None: no relevant item)."""
+        if values is None:
+            return 0.0 if self.no_relevant_counts else None
+        return values[0]
+
+    def add(self, ts: float, group: Group, values: Any) -> None:
+        """One settled query (``values`` None: no relevant item)."""
+        x = self.counted(values)
+        if x is None:
+            return
+        groups = self.open.get(int(ts // MINUTE))
+        if groups is None:
+            groups = self.open[int(ts // MINUTE)] = {}
+        moments = groups.get(group)
+        if moments is None:
+            groups[group] = [1.0, x, x * x]
+        else:
+            moments[0] += 1.0
+            moments[1] += x
+            moments[2] += x * x
+
+    def complete(self, frontier: float) -> list[tuple[int, dict[Group, Moments]]]:
+        """Take the minutes that ended at or before ``frontier``, in order."""
+        if not self.open or frontier == -math.inf:
+            return []
+        done = sorted(m for m in self.open if (m + 1) * MINUTE <= frontier)
+        return [(m, self.open.pop(m)) for m in done]
 
 
 def run_minutes(detectors: Detectors, minutes: Iterable[tuple[int, Mapping[Group, Moments]]]) -> int:

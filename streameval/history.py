@@ -18,6 +18,7 @@ import math
 from collections import deque
 from typing import Any
 
+from streameval.detect import control_lookup
 from streameval.scoring.measures import MEASURES
 from streameval.view import View
 
@@ -34,15 +35,8 @@ def mean_and_se(total: float, squares: float, n: int) -> tuple[float | None, flo
 
 
 def control_of(view: View, group: tuple[str, ...]) -> tuple[str, ...] | None:
-    """The control group (config ``control``) that ``group`` is compared with: the same labels
-    but the control's; None for the control itself, or when ``control`` names a label that is
-    not grouped by."""
-    names = view.settings.group_by
-    control = view.settings.control
-    if not control or any(label not in names for label in control):
-        return None
-    other = tuple(control.get(name, value) for name, value in zip(names, group, strict=True))
-    return None if other == group else other
+    """The control group (config ``control``) that ``group`` is compared with, or None."""
+    return control_lookup(view.settings.group_by, view.settings.control)(group)
 
 
 def versus_control(

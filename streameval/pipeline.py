@@ -20,6 +20,7 @@ from streameval.changes import Changes
 from streameval.clock import Watermark
 from streameval.config import Settings
 from streameval.decoding import Decoder
+from streameval.detect import Detectors, MinuteSums
 from streameval.groups import GroupCap
 from streameval.join import Joiner, OpenQuery
 from streameval.records import Engagement, Ignored, Impression, Rejection
@@ -87,6 +88,11 @@ class Pipeline:
         self.settled_totals: dict[tuple[str, ...], Sums] = {}
         self.provisional: dict[tuple[str, ...], Sums] = {}
         self.group_cap = group_cap or GroupCap.of(settings)
+        #: settled queries per minute for the regression detectors (None: the first metric is
+        #: weighted); the pipeline feeds complete minutes to ``detectors`` when it has them
+        #: (replay); the daemon's partitions hand theirs on (README, Regression detectors)
+        self.minutes = MinuteSums.of(settings)
+        self.detectors: Detectors | None = None
         # the event-time guard measures from the wall clock; in pure event time (replay, tests)
         # from the moment the pipeline was made
         started = time.time()
@@ -160,6 +166,9 @@ class Pipeline:
         self.joiner.advance(watermark)
         if not math.isinf(watermark):
             self.windows.advance(watermark - self.joiner.max_horizon)
+        if self.detectors is not None and self.minutes is not None:
+            for minute, sums in self.minutes.complete(watermark - self.joiner.max_horizon):
+                self.detectors.minute(minute, sums)
 
     # --- JoinSink ------------------------------------------------------------------------------
 
@@ -196,6 +205,8 @@ class Pipeline:
         provisional.add(query.n_relevant, query.values, -1)
         provisional.reset_if_empty()
         self.windows.add(query.ts, query.group, query.n_relevant, query.values)
+        if self.minutes is not None:
+            self.minutes.add(query.ts, query.group, query.values)
 
     def unattributed(self, reason: str) -> None:
         self.counters.unattributed[reason] += 1

@@ -31,7 +31,7 @@ def test_replay_shipped_example_json() -> None:
     out = streameval("replay", *EXAMPLE, "--events", "examples/purchases.jsonl", "--format", "json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
-    assert set(report) == {"overall", "groups", "inputs"}
+    assert set(report) == {"overall", "groups", "inputs", "detectors"}
     assert set(report["inputs"]) == {"records", "rejected", "unattributed", "duplicates"}
     assert {"queries", "queries_with_relevant", "map@10", "ndcg@10", "recall@10", "mrr@10"} <= set(
         report["overall"]

@@ -17,11 +17,13 @@ from __future__ import annotations
 import array
 import itertools
 import math
+import operator
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from streameval.config import Settings
+from streameval.detect import MINUTE, Detectors, MinuteSums
 from streameval.pipeline import Pipeline
 from streameval.records import EventFields, ImpressionFields, fields_key
 from streameval.replay.progress import Progress
@@ -42,6 +44,9 @@ class GroupPart(NamedTuple):
     with_relevant: int
     relevant: int
     columns: list[bytes]
+    #: minute -> the first metric's counted values of its queries (array of doubles), for the
+    #: regression detectors (empty when they are off)
+    minutes: dict[int, bytes]
 
 
 class Joined(NamedTuple):
@@ -147,16 +152,25 @@ def _entry_ts(entry: Entry) -> float:
     return entry[0]
 
 
-def score(scorer: Scorer, kept: dict[str, Entry]) -> dict[tuple[str, ...], GroupPart]:
+def score(
+    scorer: Scorer, kept: dict[str, Entry], minutes: MinuteSums | None = None
+) -> dict[tuple[str, ...], GroupPart]:
     """Every query scored once, from its best grades (a query with none has no relevant item),
-    and its values gathered per group, the groups in the order they first settle."""
+    and its values gathered per group, the groups in the order they first settle; with
+    ``minutes``, per minute too, as the detectors count them."""
     values_once = scorer.values_once
     rows: dict[tuple[str, ...], tuple[float, list[tuple[int, tuple[float, ...] | None]]]] = {}
+    per_minute: dict[tuple[str, ...], dict[int, list[float]]] = {}
     for ts, labels, items, best in sorted(kept.values(), key=_entry_ts):
         group_rows = rows.get(labels)
         if group_rows is None:
             group_rows = rows[labels] = (ts, [])
-        group_rows[1].append(_NOT_SCORED if best is None else values_once(items, best.items()))
+        row = _NOT_SCORED if best is None else values_once(items, best.items())
+        group_rows[1].append(row)
+        if minutes is not None:
+            x = minutes.counted(row[1])
+            if x is not None:
+                per_minute.setdefault(labels, {}).setdefault(int(ts // MINUTE), []).append(x)
     n_metrics = len(scorer.metrics)
     groups = {}
     for labels, (first_ts, label_rows) in rows.items():
@@ -168,6 +182,7 @@ def score(scorer: Scorer, kept: dict[str, Entry]) -> dict[tuple[str, ...], Group
             len(scored),
             sum([n for n, _ in scored]),
             [array.array("d", column).tobytes() for column in columns],
+            {m: array.array("d", xs).tobytes() for m, xs in per_minute.get(labels, {}).items()},
         )
     return groups
 
@@ -194,7 +209,7 @@ def join(
         progress.stage(f"scoring {len(kept):,} queries")
     counts["duplicate_impressions"] = duplicate_impressions
     counts["duplicate_events"] = duplicate_events
-    return Joined(counts, score(scorer, kept), (kept, by_id, by_fields))
+    return Joined(counts, score(scorer, kept, MinuteSums.of(settings)), (kept, by_id, by_fields))
 
 
 def add_up(pipeline: Pipeline, shards: list[Joined]) -> None:
@@ -222,6 +237,7 @@ def add_up(pipeline: Pipeline, shards: list[Joined]) -> None:
     for labels, group_parts in in_order:
         group = pipeline.group_of(labels, sum(part.queries for part in group_parts))
         admitted.setdefault(group, []).extend(group_parts)
+    _detect(pipeline, admitted)
     n_metrics = len(pipeline.metrics)
     for group, group_parts in admitted.items():
         columns = [[array.array("d", part.columns[i]) for part in group_parts] for i in range(n_metrics)]
@@ -231,6 +247,32 @@ def add_up(pipeline: Pipeline, shards: list[Joined]) -> None:
             sum(part.relevant for part in group_parts),
             columns,
         )
+
+
+def _detect(pipeline: Pipeline, admitted: dict[tuple[str, ...], list[GroupPart]]) -> None:
+    """Every minute's moments per group, each sum correctly rounded, through the pipeline's
+    regression detectors in minute order (made here unless the caller gave some)."""
+    if pipeline.minutes is None:
+        return
+    if pipeline.detectors is None:
+        pipeline.detectors = Detectors.of(pipeline.settings)
+    by_minute: dict[int, dict[tuple[str, ...], list[array.array[float]]]] = {}
+    for group, group_parts in admitted.items():
+        for part in group_parts:
+            for minute, values in part.minutes.items():
+                by_minute.setdefault(minute, {}).setdefault(group, []).append(array.array("d", values))
+    for minute in sorted(by_minute):
+        sums = {}
+        for group, pieces in by_minute[minute].items():
+            squares = (map(operator.mul, piece, piece) for piece in pieces)
+            n = sum(len(piece) for piece in pieces)
+            sums[group] = [
+                float(n),
+                math.fsum(itertools.chain(*pieces)),
+                math.fsum(itertools.chain(*squares)),
+            ]
+        assert pipeline.detectors is not None
+        pipeline.detectors.minute(minute, sums)
 
 
 def join_in_batch(

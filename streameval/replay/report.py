@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from streameval.detect import MINUTE, Detectors
 from streameval.pipeline import Pipeline
 from streameval.scoring import Sums
 
@@ -48,7 +50,7 @@ def build_report(pipeline: Pipeline) -> dict[str, Any]:
     events = pipeline.settings.input.events
     if events is not None and events.ignore_types:
         inputs["ignored"] = _by_second(counters.ignored)
-    return {
+    report = {
         "overall": _block(overall, pipeline),
         "groups": [
             {"labels": dict(zip(group_by, labels, strict=True)), **_block(sums, pipeline)}
@@ -56,6 +58,34 @@ def build_report(pipeline: Pipeline) -> dict[str, Any]:
         ],
         "inputs": inputs,
     }
+    if pipeline.detectors is not None:
+        report["detectors"] = detector_rows(pipeline.detectors, group_by)
+    return report
+
+
+def detector_rows(detectors: Detectors, group_by: Sequence[str]) -> list[dict[str, Any]]:
+    """Each detector's state at the end (README, Regression detectors)."""
+    rows = []
+    for (kind, group), cusum in sorted(detectors.cusums.items()):
+        last = cusum.last or (None, None)
+        rows.append(
+            {
+                "versus": kind,
+                "labels": dict(zip(group_by, group, strict=True)),
+                "state": detectors.state(kind, group),
+                "statistic": cusum.value,
+                "threshold": cusum.h,
+                "alarms": cusum.alarms,
+                "last_alarm": None if cusum.onset is None else _minute(cusum.onset),
+                "difference": last[0],
+                "stderr": last[1],
+            }
+        )
+    return rows
+
+
+def _minute(minute: int) -> str:
+    return datetime.datetime.fromtimestamp(minute * MINUTE, datetime.UTC).strftime("%Y-%m-%dT%H:%MZ")
 
 
 def _cell(value: Any) -> str:
@@ -98,4 +128,15 @@ def format_table(report: dict[str, Any], metric_names: Sequence[str]) -> str:
     ]
     if "ignored" in inputs:
         lines.append(f"ignored: {_counts(inputs['ignored'])}")
+    detectors = report.get("detectors") or []
+    alarmed = [d for d in detectors if d["alarms"]]
+    lines.append(
+        f"regression detectors: {len(detectors)}, alarms raised: {sum(d['alarms'] for d in detectors)}"
+    )
+    for d in alarmed:
+        label = ",".join(f"{k}={v}" for k, v in d["labels"].items())
+        lines.append(
+            f"  {label} versus {d['versus']}: {d['alarms']} alarm(s), the last for minute {d['last_alarm']}, "
+            f"now {d['state']}"
+        )
     return "\n".join(lines)
