@@ -197,9 +197,7 @@ class Settings:
     detect_min_effect: float = _key(
         0.05,
         Key(
-            DEFINITIONS,
-            "relative drop of the first metric the detectors look for (README, Regression detectors)",
-            validate.share,
+            DEFINITIONS, "relative drop the detectors look for (README, Regression detectors)", validate.share
         ),
     )
     detect_arl: float = _key(
@@ -272,6 +270,10 @@ class Settings:
     def changelog_topic(self) -> str:
         """The compacted topic that holds the partitions' state, named after the group."""
         return f"{self.group_id}-changelog"
+
+    @property
+    def minutes_topic(self) -> str:  # the partitions' complete minutes (README, Regression detectors)
+        return f"{self.group_id}-minutes"
 
     def repartition_topic(self, topic: str) -> str:
         """The topic the daemon re-keys ``topic`` into, named after the group."""

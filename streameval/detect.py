@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from streameval.scoring.measures import MEASURES
 
@@ -46,6 +46,19 @@ Moments = list[float]
 QUIET, WATCHING, ALARM, WARMING = "quiet", "watching", "alarm", "warming up"
 #: the detector kinds, as the ``versus`` label of the gauges shows them
 KINDS = ("control", "reference")
+
+
+class DetectorRow(NamedTuple):
+    """One detector as the exporter and the live page show it."""
+
+    versus: str  # "control" or "reference"
+    group: Group
+    state: str
+    statistic: float
+    threshold: float
+    alarms: int
+    difference: float | None
+    stderr: float | None
 
 
 def threshold(arl_minutes: float, information: float) -> float:
@@ -241,6 +254,14 @@ class Detectors:
 
     # --- output --------------------------------------------------------------------------------
 
+    def rows(self) -> list[DetectorRow]:
+        """Every detector, for the exporter and the live page."""
+        out = []
+        for (kind, group), c in sorted(self.cusums.items()):
+            d, se = c.last if c.last is not None else (None, None)
+            out.append(DetectorRow(kind, group, self.state(kind, group), c.value, c.h, c.alarms, d, se))
+        return out
+
     def state(self, kind: str, group: Group) -> str:
         cusum = self.cusums.get((kind, group))
         return WARMING if cusum is None or cusum.last is None else cusum.state()
@@ -275,53 +296,6 @@ class Detectors:
         for kind, g, value, alarmed, alarms, h, onset, last in data["cusums"]:
             cusum = self.cusums[(kind, tuple(g))] = Cusum(value, alarmed, alarms, h, onset)
             cusum.last = None if last is None else (last[0], last[1])
-
-
-class MinuteSums:
-    """One pipeline's settled queries per event-time minute and group, until the minute is
-    complete: when the settled frontier has passed its end, no query of it can settle later."""
-
-    __slots__ = ("open", "no_relevant_counts")
-
-    def __init__(self, no_relevant: str) -> None:
-        #: minute -> group -> moments of its counted queries so far
-        self.open: dict[int, dict[Group, Moments]] = {}
-        self.no_relevant_counts = no_relevant == "zero"
-
-    @classmethod
-    def of(cls, settings: Any) -> MinuteSums | None:
-        """The accumulator ``settings`` need; None when the detectors are off (a weighted first
-        metric)."""
-        return None if MEASURES[settings.metrics[0].name].weighted else cls(settings.no_relevant)
-
-    def counted(self, values: Any) -> float | None:
-        """A query's value as the detectors count it (``values`` None: no relevant item)."""
-        if values is None:
-            return 0.0 if self.no_relevant_counts else None
-        return values[0]
-
-    def add(self, ts: float, group: Group, values: Any) -> None:
-        """One settled query (``values`` None: no relevant item)."""
-        x = self.counted(values)
-        if x is None:
-            return
-        groups = self.open.get(int(ts // MINUTE))
-        if groups is None:
-            groups = self.open[int(ts // MINUTE)] = {}
-        moments = groups.get(group)
-        if moments is None:
-            groups[group] = [1.0, x, x * x]
-        else:
-            moments[0] += 1.0
-            moments[1] += x
-            moments[2] += x * x
-
-    def complete(self, frontier: float) -> list[tuple[int, dict[Group, Moments]]]:
-        """Take the minutes that ended at or before ``frontier``, in order."""
-        if not self.open or frontier == -math.inf:
-            return []
-        done = sorted(m for m in self.open if (m + 1) * MINUTE <= frontier)
-        return [(m, self.open.pop(m)) for m in done]
 
 
 def run_minutes(detectors: Detectors, minutes: Iterable[tuple[int, Mapping[Group, Moments]]]) -> int:

@@ -22,6 +22,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from streameval import detector_families
 from streameval.scoring import Sums
 from streameval.scoring.measures import MEASURES
 from streameval.view import View
@@ -131,6 +132,7 @@ class StreamevalCollector(Collector):
         view = self.view_source()
         for scope in SCOPES:
             yield from _quality(view, scope)
+        yield from detector_families.families(view)
         yield from self._operations(view)
 
     def _operations(self, view: View) -> Iterator[Metric]:

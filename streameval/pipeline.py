@@ -20,9 +20,10 @@ from streameval.changes import Changes
 from streameval.clock import Watermark
 from streameval.config import Settings
 from streameval.decoding import Decoder
-from streameval.detect import Detectors, MinuteSums
+from streameval.detect import DetectorRow, Detectors
 from streameval.groups import GroupCap
 from streameval.join import Joiner, OpenQuery
+from streameval.minutes import Combiner, MinuteSums
 from streameval.records import Engagement, Ignored, Impression, Rejection
 from streameval.scoring import Scorer, ScoringParams, Sums
 from streameval.windows import WindowedSums
@@ -56,6 +57,8 @@ class Snapshot:
     open_queries: int
     orphans_held: int
     counters: Counters
+    #: the regression detectors' rows (:meth:`Detectors.rows`): partition 0's in the daemon
+    detectors: list[DetectorRow] = field(default_factory=list)
 
 
 class Pipeline:
@@ -93,6 +96,9 @@ class Pipeline:
         #: (replay); the daemon's partitions hand theirs on (README, Regression detectors)
         self.minutes = MinuteSums.of(settings)
         self.detectors: Detectors | None = None
+        #: the consumer group's detectors, on the daemon's partition 0 (README, Regression
+        #: detectors); part of its state
+        self.combiner: Combiner | None = None
         # the event-time guard measures from the wall clock; in pure event time (replay, tests)
         # from the moment the pipeline was made
         started = time.time()
@@ -101,6 +107,8 @@ class Pipeline:
     def record_changes(self) -> None:
         """From now on, record which state keys change (the daemon's pipelines, once restored)."""
         self.changes = self.joiner.changes = self.windows.changes = Changes()
+        if self.minutes is not None:
+            self.minutes.changes = self.changes
 
     # --- input ---------------------------------------------------------------------------------
 
@@ -166,9 +174,11 @@ class Pipeline:
         self.joiner.advance(watermark)
         if not math.isinf(watermark):
             self.windows.advance(watermark - self.joiner.max_horizon)
-        if self.detectors is not None and self.minutes is not None:
-            for minute, sums in self.minutes.complete(watermark - self.joiner.max_horizon):
-                self.detectors.minute(minute, sums)
+        minutes = self.minutes
+        if minutes is not None and not minutes.handed_on:
+            for minute, sums in minutes.complete(watermark - self.joiner.max_horizon):
+                if self.detectors is not None:
+                    self.detectors.minute(minute, sums)
 
     # --- JoinSink ------------------------------------------------------------------------------
 
@@ -224,6 +234,7 @@ class Pipeline:
 
     def snapshot(self) -> Snapshot:
         """Copies of every aggregate, safe to read while the pipeline goes on."""
+        detectors = self.combiner.detectors if self.combiner is not None else self.detectors
         return Snapshot(
             watermark=self.watermark.value,
             frontier=self.windows.frontier,
@@ -233,4 +244,5 @@ class Pipeline:
             open_queries=len(self.joiner.open),
             orphans_held=self.joiner.orphan_count,
             counters=self.counters,
+            detectors=detectors.rows() if detectors is not None else [],
         )

@@ -13,7 +13,12 @@ key                   value (JSON; every value carries ``"v"``, the format versi
 ``o:<query_id>``      the orphans waiting for that query; deleted when none is left
 ``s:<dedup key>``     an event dedup key and when it is forgotten; deleted then
 ``w:<window>:<n>``    bucket n of a window: per group, the sums of its settled queries
-``t``                 the totals: watermark, settled frontier, cumulative settled sums, counters
+``m:<minute>``        a minute not handed on to the detectors yet: per group, the moments of its
+                      settled queries (README, Regression detectors)
+``d``                 partition 0 only: the consumer group's detectors and the minutes topic
+                      offset they have read to
+``t``                 the totals: watermark, settled frontier, cumulative settled sums, counters,
+                      the last minute handed on
 ====================  ==========================================================================
 
 A checkpoint writes only the keys that changed since the previous one (a deleted key as a
@@ -34,6 +39,7 @@ import orjson
 from streameval.config import Settings
 from streameval.errors import StateError
 from streameval.join import OpenQuery
+from streameval.minutes import Combiner
 from streameval.pipeline import Counters, GroupCap, Pipeline
 from streameval.records import Engagement
 from streameval.scoring import QueryScore, Sums
@@ -44,19 +50,27 @@ FORMAT_VERSION = 2
 #: The versions a restore reads; it refuses any other.
 READABLE_VERSIONS = (1, 2)
 TOTALS_KEY = b"t"
+DETECTORS_KEY = b"d"
 
 Entry = tuple[bytes, bytes | None]
 
 
 def pending(pipeline: Pipeline) -> int:
-    """How many keys changed since the last checkpoint."""
-    return len(pipeline.changes)
+    """How many keys changed since the last checkpoint (the detectors' state counts as one, as
+    does a minute due to be handed on)."""
+    combiner, minutes = pipeline.combiner, pipeline.minutes
+    due = minutes is not None and minutes.due(pipeline.windows.frontier)
+    return len(pipeline.changes) + (combiner is not None and combiner.changed) + due
 
 
 def checkpoint_entries(pipeline: Pipeline) -> list[Entry]:
     """The entries of every key that changed since the last call, then the totals; clears the
     record of changes."""
     out = [_entry(pipeline, key) for key in pipeline.changes.take()]
+    combiner = pipeline.combiner
+    if combiner is not None and combiner.changed:
+        combiner.changed = False
+        out.append((DETECTORS_KEY, _dumps(combiner.to_dict())))
     out.append((TOTALS_KEY, _dumps(_totals(pipeline))))
     return out
 
@@ -68,7 +82,10 @@ def all_entries(pipeline: Pipeline) -> list[Entry]:
     keys += [("o", q) for q in joiner.orphans]
     keys += [("s", k) for k in joiner.seen]
     keys += [("w", ring.window.name, i) for ring in pipeline.windows.rings for i in ring.buckets]
+    keys += [("m", m) for m in (pipeline.minutes.open if pipeline.minutes else ())]
     out = [_entry(pipeline, key) for key in keys]
+    if pipeline.combiner is not None:
+        out.append((DETECTORS_KEY, _dumps(pipeline.combiner.to_dict())))
     out.append((TOTALS_KEY, _dumps(_totals(pipeline))))
     return out
 
@@ -112,6 +129,10 @@ def _entry(pipeline: Pipeline, key: tuple[Any, ...]) -> Entry:
         name = b"s:" + orjson.dumps(key[1])
         expiry = joiner.seen.get(key[1])
         return name, None if expiry is None else _dumps({"until": expiry})
+    if kind == "m":
+        name = f"m:{key[1]}".encode()
+        moments = pipeline.minutes.open.get(key[1]) if pipeline.minutes is not None else None
+        return name, None if not moments else _dumps({"groups": [[list(g), m] for g, m in moments.items()]})
     # ("w", window, index)
     name = f"w:{key[1]}:{key[2]}".encode()
     ring = pipeline.windows.ring(key[1])
@@ -126,6 +147,7 @@ def _totals(pipeline: Pipeline) -> dict[str, Any]:
         "watermark": _finite(pipeline.watermark.value),
         "frontier": _finite(pipeline.windows.frontier),
         "settled": _groups(pipeline.settled_totals),
+        "minutes_through": pipeline.minutes.through if pipeline.minutes is not None else None,
         "counters": {
             "consumed": list(c.consumed.items()),
             "rejected": [[t, r, n] for (t, r), n in c.rejected.items()],
@@ -180,9 +202,12 @@ def restore(
     values: Values,
     wall_clock: Callable[[], float] | None = None,
     group_cap: GroupCap | None = None,
+    combiner: Combiner | None = None,
 ) -> Pipeline:
-    """A tracking pipeline holding the state that ``values`` (from :func:`latest`) describe."""
+    """A tracking pipeline holding the state that ``values`` (from :func:`latest`) describe;
+    ``combiner``: the group's detectors, for partition 0."""
     pipeline = Pipeline(settings, wall_clock=wall_clock, group_cap=group_cap)
+    pipeline.combiner = combiner
     for key, (value, where) in values.items():
         try:
             _apply(pipeline, key, value)
@@ -208,8 +233,8 @@ def _group(labels: list[str], pipeline: Pipeline) -> tuple[str, ...]:
 def _apply(pipeline: Pipeline, key: bytes, value: dict[str, Any]) -> None:
     joiner = pipeline.joiner
     kind, _, rest = key.partition(b":")
-    if key == TOTALS_KEY:
-        _apply_totals(pipeline, value)
+    if key in (TOTALS_KEY, DETECTORS_KEY) or kind == b"m":
+        _apply_detection_or_totals(pipeline, key, kind, rest, value)
     elif kind == b"q":
         query_id = rest.decode()
         if "settled" in value:
@@ -237,6 +262,21 @@ def _apply(pipeline: Pipeline, key: bytes, value: dict[str, Any]) -> None:
         raise ValueError(f"unknown kind of key {kind!r}")
 
 
+def _apply_detection_or_totals(
+    pipeline: Pipeline, key: bytes, kind: bytes, rest: bytes, value: dict[str, Any]
+) -> None:
+    if key == TOTALS_KEY:
+        _apply_totals(pipeline, value)
+    elif key == DETECTORS_KEY:
+        if pipeline.combiner is not None:  # else a partition that was 0 of more partitions
+            pipeline.combiner.load(value)
+    elif pipeline.minutes is not None:  # else the first metric is now weighted: no detectors
+        minute = int(rest)
+        pipeline.minutes.open[minute] = {_group(g, pipeline): list(m) for g, m in value["groups"]}
+        first = pipeline.minutes.first
+        pipeline.minutes.first = minute if first is None else min(first, minute)
+
+
 def _apply_totals(pipeline: Pipeline, value: dict[str, Any]) -> None:
     def number(x: float | None) -> float:
         return -math.inf if x is None else float(x)
@@ -245,6 +285,8 @@ def _apply_totals(pipeline: Pipeline, value: dict[str, Any]) -> None:
     pipeline.watermark.value = number(value["watermark"])
     pipeline.windows.advance(number(value["frontier"]))
     pipeline.settled_totals = {_group(g, pipeline): Sums.from_dict(s) for g, s in value["settled"]}
+    if pipeline.minutes is not None:
+        pipeline.minutes.through = value.get("minutes_through")  # absent before the detectors
     c = value["counters"]
     pipeline.counters = Counters(
         consumed=Counter(dict(c["consumed"])),

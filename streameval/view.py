@@ -58,6 +58,7 @@ def merge_snapshots(snapshots: Iterable[Snapshot]) -> Snapshot:
         c.attributed += s.attributed
         c.groups_folded += s.groups_folded
         c.late_impressions += s.late_impressions
+        merged.detectors += snap.detectors
     if not any_snapshot:
         merged.watermark = merged.frontier = -math.inf
     return merged

@@ -24,6 +24,7 @@ from kafka import KafkaProducer, OffsetAndMetadata, TopicPartition
 from kafka.errors import KafkaError, KafkaTimeoutError, MessageSizeTooLargeError, RecordListTooLargeError
 
 from streameval import state
+from streameval.kafka import detection
 from streameval.kafka.partitions import PartitionState
 
 log = logging.getLogger(__name__)
@@ -252,13 +253,17 @@ def commit_checkpoint(
     partitions: dict[int, PartitionState],
     group_metadata: Any,
     sources: dict[TopicPartition, int] | None = None,
+    minutes_topic: str | None = None,
 ) -> int:
     """Commits, as one transaction with what it holds already (dead-letter records), the changed
     state of every partition that has a pipeline (active, or giving up) into its changelog
     partition, and the input offsets it covers (with ``sources``: the repartition stage's, which
-    cover what it wrote); returns the changelog records sent. Raises
+    cover what it wrote), after each partition's newly complete minutes into ``minutes_topic``;
+    returns the changelog records sent. Raises
     CheckpointFailed (the transaction is then ended; nothing of it is visible)."""
     offsets = {tp: OffsetAndMetadata(offset, "", -1) for tp, offset in (sources or {}).items()}
+    if minutes_topic is not None:
+        detection.hand_on(minutes_topic, transactions.send, partitions)
     owners = []
     for p, ps in partitions.items():
         if ps.pipeline is None or not ps.changed():

@@ -40,6 +40,7 @@ from streameval.kafka.align import Aligner
 from streameval.kafka.assignor import NAME
 from streameval.kafka.changelog import Restorer
 from streameval.kafka.checkpoint import CheckpointFailed, Transactions, commit_checkpoint
+from streameval.kafka.detection import MinutesReader
 from streameval.kafka.ends import EndOffsets
 from streameval.kafka.feed import DEAD_LETTER_LIMIT, Feed
 from streameval.kafka.flow import PAUSE_ABOVE, RESUME_BELOW, FlowControl
@@ -105,7 +106,9 @@ class ConsumerLoop:
             wall_clock,
             self.group_cap,
             self._check_changelog,
+            partition_count if topics is not None else None,  # the detectors need the cluster
         )
+        self.minutes = MinutesReader(settings)
         self.loglines = LoopLog(self.topics)
         #: the repartition stage, when some events topics are re-keyed (README, Repartitioning)
         self.stage = (
@@ -290,6 +293,7 @@ class ConsumerLoop:
         if self.rebalanced is Rebalanced.REASSIGNED:
             self.follow_assignment()
         processed = self.feed.feed(batches, self.partitions)
+        self.minutes.step(self.partitions)
         self.flow.balance(self.partitions, self.topics)
         if time.monotonic() >= self._next_checkpoint and not compat.rejoining(self.consumer):
             # while the group rebalances a checkpoint would likely be refused (its generation is
@@ -329,6 +333,7 @@ class ConsumerLoop:
             self.partitions,
             self.consumer.group_metadata(),
             sources,
+            self.settings.minutes_topic if self.recovery.partition_count else None,
         )
         if self.stage is not None:
             self.stage.committed_now(sources)
@@ -383,6 +388,7 @@ class ConsumerLoop:
         finally:
             remaining = max(0.5, deadline - time.monotonic())
             self.restorer.close()
+            self.minutes.close()
             self.transactions.close(timeout=remaining / 2)
             self.consumer.close(
                 autocommit=False, timeout_ms=int(max(0.5, deadline - time.monotonic()) * 1000)

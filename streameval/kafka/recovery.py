@@ -14,6 +14,7 @@ from streameval import state
 from streameval.config import Settings
 from streameval.groups import GroupCap
 from streameval.kafka.changelog import Restorer
+from streameval.kafka.detection import combiner_for
 from streameval.kafka.flow import FlowControl
 from streameval.kafka.partitions import PartitionState, Phase
 from streameval.view import Operations
@@ -32,6 +33,7 @@ class Recovery:
         wall_clock: Callable[[], float],
         group_cap: GroupCap,
         offsets_unavailable: Callable[[], None],
+        partition_count: int | None = None,
     ) -> None:
         self.settings = settings
         self.consumer = consumer
@@ -43,6 +45,8 @@ class Recovery:
         #: called when committed offsets cannot be read (the changelog may have gone)
         self.offsets_unavailable = offsets_unavailable
         self.topics = settings.join_topics
+        #: the inputs' partition count (None in tests without a cluster: no detectors)
+        self.partition_count = partition_count
 
     def step(self, partitions: dict[int, PartitionState]) -> None:
         """Moves each partition that is not active on as far as it can go now."""
@@ -51,7 +55,10 @@ class Recovery:
             ps = partitions.get(p)
             if ps is None or ps.phase is not Phase.RESTORING:
                 continue
-            pipeline = state.restore(self.settings, values, self.wall_clock, self.group_cap)
+            combiner = combiner_for(self.settings, p, self.partition_count)
+            pipeline = state.restore(self.settings, values, self.wall_clock, self.group_cap, combiner)
+            if pipeline.minutes is not None and self.partition_count:
+                pipeline.minutes.handed_on = True  # by each checkpoint, to partition 0's detectors
             ps.restored(pipeline)
             inputs = [TopicPartition(t, p) for t in self.topics]
             for tp in inputs:

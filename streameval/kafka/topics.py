@@ -67,6 +67,7 @@ class Topics:
             timeout_ms = transaction_timeout_ms(settings, broker_max_transaction_timeout_ms(admin))
             ensure_changelog(admin, consumer, settings, partitions)
             ensure_repartition_topics(admin, consumer, settings, partitions)
+            ensure_minutes_topic(admin, consumer, settings)
         finally:
             admin.close()
         return StartUp(partitions, dead_letter_limit, timeout_ms)
@@ -155,6 +156,17 @@ def ensure_repartition_topics(
                 f"repartition topic {topic} has {len(existing)} partitions but the impressions have "
                 f"{partitions}; delete it (and the group's offsets on it) or use another group_id"
             )
+
+
+def ensure_minutes_topic(admin: KafkaAdminClient, consumer: KafkaConsumer, settings: Settings) -> None:
+    """Create the minutes topic (one partition, ``repartition_retention``) if it is missing."""
+    topic = settings.minutes_topic
+    if not consumer.partitions_for_topic(topic):
+        configs = {
+            "cleanup.policy": "delete",
+            "retention.ms": str(int(settings.repartition_retention * 1000)),
+        }
+        _create(admin, consumer, settings, "minutes", topic, 1, configs)
 
 
 def max_message_bytes(admin: KafkaAdminClient, settings: Settings, topic: str) -> int:

@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from streameval.config import Settings
-from streameval.detect import MINUTE, Detectors, MinuteSums
+from streameval.detect import MINUTE, Detectors
+from streameval.minutes import MinuteSums
 from streameval.pipeline import Pipeline
 from streameval.records import EventFields, ImpressionFields, fields_key
 from streameval.replay.progress import Progress
