@@ -13,6 +13,7 @@ import time
 from dataclasses import replace
 
 from streameval.config import Settings
+from streameval.detect import Detectors
 from streameval.errors import InputError
 from streameval.exporter import registry
 from streameval.history import History
@@ -45,6 +46,7 @@ def demo(settings: Settings, args: SimulationOptions) -> int:
         return start + (time.time() - wall0) * args.speed
 
     pipeline = Pipeline(settings, wall_clock=sim_now)
+    pipeline.detectors = Detectors.of(settings)  # one pipeline: it runs them itself
     history = History(every=args.speed)  # one point per wall-clock second
     clock = f"simulated, {args.speed:g}x the wall clock, started at the current time" + "".join(
         f"; {r.model} loses {r.drop:.0%} of its quality at {r.at / 60:g} simulated minutes"

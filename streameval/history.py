@@ -136,6 +136,19 @@ class History:
             "control": ", ".join(f"{k}={v}" for k, v in s.control.items()),
             "points": [{**p, "groups": {n: p["groups"].get(n) for n in names}} for p in self.points],
             "table": table,
+            "detectors": [
+                {
+                    "group": _label(view, row.group),
+                    "versus": row.versus,
+                    "state": row.state,
+                    "statistic": row.statistic,
+                    "threshold": row.threshold,
+                    "alarms": row.alarms,
+                    "difference": row.difference,
+                    "stderr": row.stderr,
+                }
+                for row in snap.detectors
+            ],
             "totals": {
                 "records": sum(c.consumed.values()),
                 "rejected": sum(c.rejected.values()),

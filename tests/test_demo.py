@@ -86,6 +86,12 @@ def test_live_page_in_chromium_shows_the_regression(tmp_path, demos) -> None:
         if "candidate-a" in name:
             assert values[-1] < -0.1 < values[0], (name, values)
     assert "time (UTC)" in dom and 'class="axis-title"' in dom
+    # the detectors' table: candidate-a's detectors against control are in alarm
+    alarmed = re.findall(r'<tr class="detector alarm"><td>([^<]*)</td><td>([^<]*)</td>', dom)
+    assert {
+        ("model=candidate-a, surface=home", "control"),
+        ("model=candidate-a, surface=search", "control"),
+    } <= set(alarmed), alarmed
     screenshot = tmp_path / "demo.png"
     subprocess.run(
         [*browser, "--virtual-time-budget=8000", "--window-size=1300,1150", f"--screenshot={screenshot}"]
