@@ -205,6 +205,26 @@ def describe(s: dict[str, Any]) -> str:
     return f"caught {s['caught']:.0%}, median {s['median_min']} min, p90 {s['p90_min']} min"
 
 
+def markdown(result: dict[str, Any]) -> str:
+    """The README's table: per level and detector, false alarms and, per drop, caught / median /
+    90th percentile delay."""
+    sizes = [f"{s:.2f}" for s in SIZES]
+    head = "| level | detector | false alarms per group-day | " + " | ".join(
+        f"{float(s):.0%} drop: caught, median / p90 min" for s in sizes
+    )
+    lines = [head + " |", "|" + "---|" * (3 + len(sizes))]
+    for level, data in result["levels"].items():
+        for kind in ("control", "reference"):
+            aa = data["aa"][kind]
+            cells = []
+            for s in sizes:
+                d = data["drops"][s][kind]
+                cells.append(f"{d['caught']:.0%}, {d['median_min'] or '-'} / {d['p90_min'] or '-'}")
+            per_day = f"{aa['per_group_day']:.4f} ({aa['alarms']} in {aa['group_days']:,})"
+            lines.append(f"| {level} | versus {kind} | {per_day} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.alerts", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=float, default=1.0, help="share of the full run's days and runs")
@@ -242,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         result["levels"][level] = {"aa": found, "drops": regressions(level, traffic, settings, runs)}
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     say(f"wrote {args.out}")
+    print(markdown(result))
     return 0
 
 

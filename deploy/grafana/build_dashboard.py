@@ -129,6 +129,24 @@ def build() -> Dashboard:
             )
         )
         .with_panel(
+            panel(
+                "Regression detectors: statistic over threshold (1 = alarm)",
+                "none",
+                query(
+                    'group:streameval_detector_statistic:ratio{model=~"$model", surface=~"$surface"}',
+                    "{{model}}, {{surface}} vs {{versus}}",
+                ),
+                description="Per group, each sequential detector's CUSUM statistic C over its threshold "
+                "h (README, Regression detectors): 0 quiet, between 0 and 1 watching (some evidence of "
+                "a drop of at least detect_min_effect), 1 alarm (StreamevalRegressionVsControl / "
+                "VsReference page). It returns to 0 once the evidence is gone.",
+                axis="C / h",
+            )
+            .min(0)
+            .max(1)
+            .decimals(2)
+        )
+        .with_panel(
             dashed(
                 mean_axis(
                     panel(

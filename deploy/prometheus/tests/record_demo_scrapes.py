@@ -6,7 +6,8 @@ one simulated minute per wall-clock second) with `--regress candidate-a:0.4@10m`
 /metrics once a wall-clock second, and writes each scrape as one sample a minute of promtool
 input -- so the test sees the same minute-by-minute series a Prometheus would have scraped
 from a live daemon. The expectations: before the regression no variant is below control; at
-the end its MAP is well below where it was and it is below control on both surfaces.
+the end its MAP is well below where it was and it is below control on both surfaces, and the
+regression detectors' alert against control fires for it (not before the regression).
 
     python deploy/prometheus/tests/record_demo_scrapes.py     # about 100 s
 """
@@ -32,6 +33,12 @@ FAMILIES = {
     "streameval_queries",
     "streameval_queries_with_relevant",
 }
+#: the regression detectors' families (no window label)
+DETECTOR_FAMILIES = {
+    "streameval_detector_alarm",
+    "streameval_detector_statistic",
+    "streameval_detector_threshold",
+}
 
 
 def free_port() -> int:
@@ -46,7 +53,8 @@ def scrape(port: int) -> dict[str, float]:
     out = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name in FAMILIES and sample.labels.get("window") == "1h":
+            wanted = sample.name in FAMILIES and sample.labels.get("window") == "1h"
+            if wanted or sample.name in DETECTOR_FAMILIES:
                 labels = {"job": "streameval", "instance": "demo:9464", **sample.labels}
                 body = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
                 out[f"{sample.name}{{{body}}}"] = sample.value
@@ -83,7 +91,7 @@ def main() -> int:
     names = sorted(set().union(*scrapes))
     lines = [
         "# Recorded by record_demo_scrapes.py from `streameval demo --seed 7 --regress candidate-a:0.4@10m`:",
-        "# one /metrics scrape a simulated minute (window 1h families only). Do not edit by hand.",
+        "# one /metrics scrape a simulated minute (window 1h and detector families). Do not edit by hand.",
         "rule_files:",
         "  - ../rules/streameval.yml",
         "  - ../rules/alerts.yml",
@@ -124,6 +132,21 @@ def main() -> int:
                 f'          - labels: \'{{model="{model}", surface="{surface}"}}\'',
                 "            value: 1",
             ]
+    detector = 'ALERTS{alertname="StreamevalRegressionVsControl", alertstate="firing"'
+    lines += [
+        "      # the detector against control: quiet for candidate-a before the regression, then firing",
+        f"      - expr: '{detector}, model=\"candidate-a\"}}'",
+        "        eval_time: 9m",
+        "        exp_samples: []",
+        f"      - expr: 'count by (model, surface) ({detector}, model=\"candidate-a\"}})'",
+        f"        eval_time: {SCRAPES - 1}m",
+        "        exp_samples:",
+    ]
+    for surface in ("home", "search"):
+        lines += [
+            f'          - labels: \'{{model="candidate-a", surface="{surface}"}}\'',
+            "            value: 1",
+        ]
     OUT.write_text("\n".join(lines) + "\n")
     print(f"\nwrote {OUT} ({len(names)} series x {SCRAPES} scrapes)", file=sys.stderr)
     return 0
