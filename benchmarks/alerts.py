@@ -27,13 +27,16 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from benchmarks import alert_rules
 from streameval.config import Settings
 from streameval.detect import MINUTE, Detectors, Group
 from streameval.join import OpenQuery
@@ -47,6 +50,7 @@ THIN_FACTOR = 50.0
 SIZES = (0.02, 0.05, 0.10, 0.20, 0.40)
 HORIZON = 1800.0
 DAY_MIN = 1440
+WEEK_MIN = 7 * DAY_MIN
 #: a run after a regression ends this long after it, caught or not
 FOLLOW_MIN = {"busy": 12 * 60, "thin": 24 * 60}
 GROUPS: list[Group] = [(m, s) for m in MODELS for s in SURFACES]
@@ -121,24 +125,38 @@ def detectors(settings: Settings) -> Detectors:
     )
 
 
-def warm(traffic: Traffic, settings: Settings, minutes: int) -> Detectors:
-    d = detectors(settings)
+def timeline(traffic: Traffic, minutes: int, broken: Group | None = None, drop: float = 0.0) -> np.ndarray:
+    """moments[minute, group, (n, sum, squares)] of ``minutes`` minutes of traffic."""
+    out = np.zeros((minutes, len(GROUPS), 3))
     for m in range(minutes):
-        d.minute(m, traffic.minute())
-    return d
+        for group, moments in traffic.minute(broken, drop).items():
+            out[m, GROUPS.index(group)] = moments
+    return out
+
+
+def run_detectors(
+    d: Detectors, moments: np.ndarray, first_minute: int, broken: Group | None = None
+) -> dict[str, int | None]:
+    """Feed the minutes; the first minute whose data raised an alarm on ``broken``, per kind."""
+    first: dict[str, int | None] = {"control": None, "reference": None}
+    for i in range(moments.shape[0]):
+        sums = {g: list(moments[i, j]) for j, g in enumerate(GROUPS) if moments[i, j, 0] > 0}
+        for kind, group in d.minute(first_minute + i, sums):
+            if group == broken and first[kind] is None:
+                first[kind] = first_minute + i
+    return first
 
 
 def aa(level: str, traffic: Traffic, settings: Settings, days: int) -> dict[str, Any]:
-    """Alarm onsets over ``days`` A/A days after the warm-up."""
-    warmup = DAY_MIN + 60
-    d = warm(traffic, settings, warmup)
+    """Alarm onsets over ``days`` A/A days after a week and an hour of warm-up (week over week
+    needs a week), the detectors and the shipped rules on the same minutes."""
+    warmup = WEEK_MIN + 60
+    say(f"  {level}: drawing {days + 7:,} days of minutes")
+    moments = timeline(traffic, warmup + days * DAY_MIN)
+    d = detectors(settings)
+    run_detectors(d, moments[:warmup], 0)
     before = {k: c.alarms for k, c in d.cusums.items()}
-    last = time.monotonic()
-    for m in range(warmup, warmup + days * DAY_MIN):
-        d.minute(m, traffic.minute())
-        if time.monotonic() - last > 30:
-            last = time.monotonic()
-            say(f"  {level} A/A: day {(m - warmup) // DAY_MIN + 1:,} of {days:,}")
+    run_detectors(d, moments[warmup:], warmup)
     out: dict[str, Any] = {}
     for kind, pairs in (("control", CANDIDATES), ("reference", GROUPS)):
         alarms = sum(d.cusums[(kind, g)].alarms - before.get((kind, g), 0) for g in pairs)
@@ -147,41 +165,70 @@ def aa(level: str, traffic: Traffic, settings: Settings, days: int) -> dict[str,
             "group_days": days * len(pairs),
             "per_group_day": alarms / (days * len(pairs)),
         }
+    firing = alert_rules.alerts(alert_rules.exported(moments), GROUPS)
+    for name, fired in firing.items():
+        pairs = CANDIDATES if name == "StreamevalVariantBelowControl" else GROUPS
+        alarms = int(alert_rules.onsets(fired[warmup:]).sum())
+        out[name] = {
+            "alarms": alarms,
+            "group_days": days * len(pairs),
+            "per_group_day": alarms / (days * len(pairs)),
+        }
     return out
 
 
 def regressions(level: str, traffic: Traffic, settings: Settings, runs: int) -> dict[str, Any]:
-    """Per size, per detector: the delay of each run's first alarm on the broken group (None if
-    not within the follow-up)."""
-    warmup = DAY_MIN + 60
-    base = warm(traffic, settings, warmup).to_dict()
+    """Per size and alert or detector: each run's delay from the regression's start to the first
+    alarm on the broken group (None: not within the follow-up). A run continues one shared week
+    of A/A history from a minute in its next hour, for a candidate in turn."""
+    warmup = WEEK_MIN + 60
+    base = timeline(traffic, warmup)
+    d = detectors(settings)
+    run_detectors(d, base, 0)
+    state = d.to_dict()
     follow = FOLLOW_MIN[level]
     out: dict[str, Any] = {}
+    kinds = ("control", "reference", *alert_rules.ALERTS)
     for size in SIZES:
-        delays: dict[str, list[float | None]] = {"control": [], "reference": []}
+        delays: dict[str, list[float | None]] = {kind: [] for kind in kinds}
         for run in range(runs):
             broken = CANDIDATES[run % len(CANDIDATES)]
+            start = warmup + int(traffic.rng.integers(0, 60))  # the regression's first minute
+            gap = timeline(traffic, start - warmup)
+            after = timeline(traffic, follow, broken, size)
             d = detectors(settings)
-            d.load(base)
-            start_min = warmup + int(traffic.rng.integers(0, 60))
-            start = start_min * MINUTE + float(traffic.rng.random()) * MINUTE
-            first: dict[str, float | None] = {"control": None, "reference": None}
-            for m in range(start_min, start_min + follow):
-                # queries of the minute before the regression start are not broken
-                minute = traffic.minute(broken, size)
-                for kind, group in d.minute(m, minute):
-                    if group == broken and first[kind] is None:
-                        first[kind] = (m + 1) * MINUTE + HORIZON - start
-                if all(v is not None for v in first.values()):
-                    break
-            for kind in delays:
-                delays[kind].append(first[kind])
+            d.load(state)
+            run_detectors(d, gap, warmup)
+            first = run_detectors(d, after, start, broken)
+            for kind in ("control", "reference"):
+                minute = first[kind]  # its data settles at its end plus the horizon
+                delays[kind].append(None if minute is None else (minute + 1 - start) * MINUTE + HORIZON)
+            firing = alert_rules.alerts(alert_rules.exported(np.concatenate([base, gap, after])), GROUPS)
+            for name, fired in firing.items():
+                hits = np.flatnonzero(fired[start:, GROUPS.index(broken)])
+                delays[name].append(float(hits[0]) * MINUTE if hits.size else None)
         out[f"{size:.2f}"] = {kind: summary(v) for kind, v in delays.items()}
         say(
             f"  {level} {size:.0%} drop: "
             + ", ".join(f"{k} {describe(s)}" for k, s in out[f"{size:.2f}"].items())
         )
     return out
+
+
+def against_prometheus(level: str, traffic: Traffic) -> dict[str, Any]:
+    """The rules' copy against the real Prometheus (promtool) on a day and ten hours of this
+    level: a day of history, then a 30% drop of one candidate."""
+    if shutil.which("promtool") is None:
+        say("  promtool not found (apt-get install prometheus): the rules' copy is not checked")
+        return {"checked": False}
+    moments = np.concatenate([timeline(traffic, DAY_MIN + 60), timeline(traffic, 600, CANDIDATES[0], 0.3)])
+    with tempfile.TemporaryDirectory() as tmp:
+        passed, compared, output = alert_rules.promtool_check(moments, GROUPS, Path(tmp) / "check_test.yml")
+    verdict = "agrees" if passed else "DISAGREES"
+    say(f"  {level}: the rules' copy {verdict} with promtool on {compared:,} evaluations")
+    if not passed:
+        print(output)
+    return {"checked": True, "agrees": passed, "evaluations": compared}
 
 
 def summary(delays: list[float | None]) -> dict[str, Any]:
@@ -205,23 +252,33 @@ def describe(s: dict[str, Any]) -> str:
     return f"caught {s['caught']:.0%}, median {s['median_min']} min, p90 {s['p90_min']} min"
 
 
+#: how the README names each row
+NAMES = {
+    "control": "CUSUM versus control",
+    "reference": "CUSUM versus reference (1d)",
+    "StreamevalMapDropDayOverDay": "rule: day over day",
+    "StreamevalMapDropWeekOverWeek": "rule: week over week",
+    "StreamevalVariantBelowControl": "rule: variant below control",
+}
+
+
 def markdown(result: dict[str, Any]) -> str:
-    """The README's table: per level and detector, false alarms and, per drop, caught / median /
-    90th percentile delay."""
+    """The README's table: per level, detector and rule, false alarms and, per drop, the share
+    caught and the median / 90th percentile delay in minutes."""
     sizes = [f"{s:.2f}" for s in SIZES]
-    head = "| level | detector | false alarms per group-day | " + " | ".join(
-        f"{float(s):.0%} drop: caught, median / p90 min" for s in sizes
+    head = "| level | alert | false alarms per group-day | " + " | ".join(
+        f"{float(s):.0%} drop" for s in sizes
     )
     lines = [head + " |", "|" + "---|" * (3 + len(sizes))]
     for level, data in result["levels"].items():
-        for kind in ("control", "reference"):
+        for kind, name in NAMES.items():
             aa = data["aa"][kind]
             cells = []
             for s in sizes:
                 d = data["drops"][s][kind]
-                cells.append(f"{d['caught']:.0%}, {d['median_min'] or '-'} / {d['p90_min'] or '-'}")
+                cells.append(f"{d['caught']:.0%}: {d['median_min'] or '-'} / {d['p90_min'] or '-'}")
             per_day = f"{aa['per_group_day']:.4f} ({aa['alarms']} in {aa['group_days']:,})"
-            lines.append(f"| {level} | versus {kind} | {per_day} | " + " | ".join(cells) + " |")
+            lines.append(f"| {level} | {name} | {per_day} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -231,8 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(HERE / "alerts.json"), help="where the JSON goes")
     args = parser.parse_args(argv)
     settings = Settings()
-    say("per-query values: 6 simulated hours through the pipeline")
-    pool, busy = pools(6.0)
+    hours = max(0.5, 6.0 * args.scale)
+    say(f"per-query values: {hours:g} simulated hours through the pipeline")
+    pool, busy = pools(hours)
     for surface, values in pool.items():
         say(f"  {surface}: {len(values):,} control queries, mean {values.mean():.4f}, sd {values.std():.4f}")
     say("  counted queries a minute: " + ", ".join(f"{'/'.join(g)} {r:.1f}" for g, r in busy.items()))
@@ -260,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         say(f"{level}: {runs} runs per drop")
         result["levels"][level] = {"aa": found, "drops": regressions(level, traffic, settings, runs)}
+        result["levels"][level]["prometheus"] = against_prometheus(level, traffic)
     Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     say(f"wrote {args.out}")
     print(markdown(result))
