@@ -127,12 +127,17 @@ class Combiner:
         """One record of the minutes topic at ``offset``; returns the alarms raised."""
         if offset < self.offset:
             return []  # read already (and in the state)
+        # read it whole before changing anything: a record that does not fit raises, unapplied
+        partition, through = int(record["p"]), int(record["through"])
+        minutes = [
+            (int(minute), {tuple(g): [float(x) for x in m] for g, m in groups})
+            for minute, groups in record["minutes"]
+        ]
         self.offset = offset + 1
         self.changed = True
-        partition = int(record["p"])
-        for minute, groups in record["minutes"]:
-            self.parts.setdefault(int(minute), {})[partition] = {tuple(g): list(m) for g, m in groups}
-        self.through[partition] = max(int(record["through"]), self.through.get(partition, -1))
+        for minute, sums in minutes:
+            self.parts.setdefault(minute, {})[partition] = sums
+        self.through[partition] = max(through, self.through.get(partition, -1))
         return self._run()
 
     def _run(self) -> list[tuple[str, Group]]:

@@ -85,6 +85,7 @@ class MinutesReader:
                 # only the daemon writes it; a record it cannot read is skipped, not fatal
                 log.warning("minutes topic record at offset %d skipped: %r", record.offset, exc)
                 combiner.offset = record.offset + 1
+                combiner.changed = True
                 continue
             for kind, group in raised:
                 log.warning("regression detector alarm: %s versus %s", ", ".join(group), kind)
