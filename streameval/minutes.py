@@ -35,7 +35,8 @@ class MinuteSums:
         self.no_relevant_counts = no_relevant == "zero"
         #: the last minute handed on (the daemon's partitions)
         self.through: int | None = None
-        #: records ("m", minute) of minutes changed (shared with the pipeline)
+        #: records ("m", minute) of minutes handed on (shared with the pipeline); the open ones,
+        #: one or two at the frontier, go into every checkpoint instead of being recorded per query
         self.changes: Changes = Unrecorded()
         #: the earliest open minute (None: none open)
         self.first: int | None = None
@@ -73,7 +74,6 @@ class MinuteSums:
             moments[0] += 1.0
             moments[1] += x
             moments[2] += x * x
-        self.changes.add(("m", minute))
 
     def complete(self, frontier: float) -> list[tuple[int, dict[Group, Moments]]]:
         """Take the minutes that ended at or before ``frontier``, in order."""

@@ -22,8 +22,10 @@ key                   value (JSON; every value carries ``"v"``, the format versi
 ====================  ==========================================================================
 
 A checkpoint writes only the keys that changed since the previous one (a deleted key as a
-null value, which compaction removes), plus ``t``. So the write cost of a checkpoint is at
-most a few entries per record processed, however large the state, and a restore reads the live
+null value, which compaction removes), plus ``t`` and the open ``m:`` minutes (one or two, at
+the settled frontier: cheaper to write each time than to record per settled query). So the
+write cost of a checkpoint is at most a few entries per record processed, however large the
+state, and a restore reads the live
 state (plus what compaction has not removed yet), not the history.
 """
 
@@ -66,7 +68,10 @@ def pending(pipeline: Pipeline) -> int:
 def checkpoint_entries(pipeline: Pipeline) -> list[Entry]:
     """The entries of every key that changed since the last call, then the totals; clears the
     record of changes."""
-    out = [_entry(pipeline, key) for key in pipeline.changes.take()]
+    keys = pipeline.changes.take()
+    if pipeline.minutes is not None and pipeline.minutes.open:  # the minute(s) at the frontier
+        keys = list(set(keys).union(("m", m) for m in pipeline.minutes.open))
+    out = [_entry(pipeline, key) for key in keys]
     combiner = pipeline.combiner
     if combiner is not None and combiner.changed:
         combiner.changed = False
