@@ -119,4 +119,5 @@ def _connect(settings: Settings) -> ConsumerLoop:
         partition_count=start.partitions,
         topics=topics,
         transaction_timeout=start.transaction_timeout_ms / 1000,
+        detectors=start.detectors,
     )

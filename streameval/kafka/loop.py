@@ -80,6 +80,7 @@ class ConsumerLoop:
         partition_count: int | None = None,
         topics: Topics | None = None,
         transaction_timeout: float = 30.0,
+        detectors: bool = True,
     ) -> None:
         self.settings = settings
         self.consumer = consumer
@@ -106,7 +107,7 @@ class ConsumerLoop:
             wall_clock,
             self.group_cap,
             self._check_changelog,
-            partition_count if topics is not None else None,  # the detectors need the cluster
+            partition_count if topics is not None and detectors else None,  # the detectors' minutes
         )
         self.minutes = MinutesReader(settings)
         self.loglines = LoopLog(self.topics)

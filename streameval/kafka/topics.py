@@ -46,6 +46,7 @@ class StartUp(NamedTuple):
     partitions: int  # of every input topic, and of the changelog
     dead_letter_limit: int  # bytes a dead-letter record may take
     transaction_timeout_ms: int  # the checkpoint producer's
+    detectors: bool = True  # the minutes topic exists: the regression detectors run
 
 
 class Topics:
@@ -67,10 +68,10 @@ class Topics:
             timeout_ms = transaction_timeout_ms(settings, broker_max_transaction_timeout_ms(admin))
             ensure_changelog(admin, consumer, settings, partitions)
             ensure_repartition_topics(admin, consumer, settings, partitions)
-            ensure_minutes_topic(admin, consumer, settings)
+            detectors = ensure_minutes_topic(admin, consumer, settings)
         finally:
             admin.close()
-        return StartUp(partitions, dead_letter_limit, timeout_ms)
+        return StartUp(partitions, dead_letter_limit, timeout_ms, detectors)
 
     def exists(self, topic: str) -> bool | None:
         """Whether the cluster has ``topic`` now; None when it cannot be asked."""
@@ -158,15 +159,22 @@ def ensure_repartition_topics(
             )
 
 
-def ensure_minutes_topic(admin: KafkaAdminClient, consumer: KafkaConsumer, settings: Settings) -> None:
-    """Create the minutes topic (one partition, ``repartition_retention``) if it is missing."""
+def ensure_minutes_topic(admin: KafkaAdminClient, consumer: KafkaConsumer, settings: Settings) -> bool:
+    """Create the minutes topic (one partition, ``repartition_retention``) if it is missing;
+    False, with a warning, when it cannot be: the regression detectors are then off, the rest
+    runs (they are an addition to the metrics, not a part of them)."""
     topic = settings.minutes_topic
     if not consumer.partitions_for_topic(topic):
         configs = {
             "cleanup.policy": "delete",
             "retention.ms": str(int(settings.repartition_retention * 1000)),
         }
-        _create(admin, consumer, settings, "minutes", topic, 1, configs)
+        try:
+            _create(admin, consumer, settings, "minutes", topic, 1, configs)
+        except InputError as exc:
+            log.warning("the regression detectors are off: %s (README, Regression detectors)", exc)
+            return False
+    return True
 
 
 def max_message_bytes(admin: KafkaAdminClient, settings: Settings, topic: str) -> int:

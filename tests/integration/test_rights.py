@@ -146,3 +146,5 @@ def test_a_user_without_the_right_to_create_topics_gets_exit_2_naming_the_change
         time.sleep(0.5)
     assert daemon.stop(signal.SIGTERM) == 0, daemon.output()
     assert "Traceback" not in daemon.output()
+    # the minutes topic could not be created either: the daemon ran with its detectors off
+    assert "the regression detectors are off" in daemon.output()
