@@ -47,10 +47,12 @@ from streameval.records import Engagement
 from streameval.scoring import QueryScore, Sums
 
 #: The version of the layout above that checkpoints write. Version 2 stores a query's shown
-#: list as ``items`` (version 1: ``rank_of``, item -> first rank, slower to write).
-FORMAT_VERSION = 2
+#: list as ``items`` (version 1: ``rank_of``, item -> first rank, slower to write); version 3
+#: adds the ``m:`` and ``d`` keys of the regression detectors (an older reader would not know
+#: them: the version makes it say so).
+FORMAT_VERSION = 3
 #: The versions a restore reads; it refuses any other.
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
 TOTALS_KEY = b"t"
 DETECTORS_KEY = b"d"
 
