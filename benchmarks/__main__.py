@@ -8,7 +8,7 @@ compares across machines; absolute times are in the JSON for reference. Nothing 
 
     pip install -e ".[bench]"          # pandas and ranx, for figure 5
     deploy/kafka/local.sh start        # for figures 2 and 6
-    python -m benchmarks               # about 10 minutes on 2 cores
+    python -m benchmarks               # 11-25 minutes on 2 cores (the last runs)
     python -m benchmarks --scale 0.1   # a quick look (smaller data, same figures)
 """
 

@@ -18,7 +18,7 @@ soon they catch a real drop (README, Regression detectors: Alert quality).
 Nothing here asserts; it prints the table and writes ``benchmarks/alerts.json``.
 
     pip install -e ".[bench]"
-    python -m benchmarks.alerts              # about 10 minutes on 2 cores
+    python -m benchmarks.alerts              # about 9 minutes on 2 cores
     python -m benchmarks.alerts --scale 0.1  # a quick look
 """
 
