@@ -171,6 +171,8 @@ class Detectors:
         moments of its counted queries. Returns the (kind, group) alarms it raised."""
         if self.last_minute is not None and minute <= self.last_minute:
             raise ValueError(f"minute {minute} after minute {self.last_minute}")
+        if self.last_minute is not None and minute - 1 > self.last_minute:
+            self._age(minute - 1 - self.last_minute)  # the minutes without a settled query
         raised = []
         for group in sorted(sums):
             moments = sums[group]
@@ -231,14 +233,18 @@ class Detectors:
         h = threshold(self.arl_minutes, theta * theta / (2.0 * usual))
         return cusum.step(minute, theta * (-d - theta / 2.0) / v, h)
 
-    def _remember(self, minute: int, sums: Mapping[Group, Moments]) -> None:
-        """Age every baseline by a minute's decay per minute passed, add this minute, and keep
-        each group's hours for one reference period."""
-        passed = 1 if self.last_minute is None else minute - self.last_minute
-        decay = DECAY**passed
+    def _age(self, minutes: int) -> None:
+        """Every baseline ``minutes`` older."""
+        decay = DECAY**minutes
         for base in self.baselines.values():
             for i in range(3):
                 base[i] *= decay
+
+    def _remember(self, minute: int, sums: Mapping[Group, Moments]) -> None:
+        """Age every baseline by a minute, add this minute (weight 1), and keep each group's
+        hours for one reference period. So when minute m is compared, a minute m' < m weighs
+        2^(-(m - 1 - m') / 60)."""
+        self._age(1)
         hour = minute // HOUR_MIN
         oldest = (minute - self.reference_min) // HOUR_MIN
         for group, moments in sums.items():

@@ -209,3 +209,18 @@ def test_replay_and_the_pipeline_give_the_same_detector_values(tmp_path) -> None
         assert cusum.value == pytest.approx(other.value, rel=1e-9, abs=1e-9)
         assert cusum.h == pytest.approx(other.h, rel=1e-12)
     assert theirs.cusums[("reference", ("candidate-a", "home"))].alarms == 1
+
+
+def test_minutes_without_queries_age_the_baselines_as_the_readme_says() -> None:
+    """Gaps (minutes in which nothing settled) between the minutes fed: the brute force weighs
+    each past minute by its age, so the baselines must have aged through the gap too."""
+    minutes = traffic(11, 200, {CONTROL: 8, CANDIDATE: 5}, drop_from=150, drop=0.5)
+    gappy = {m: v for m, v in minutes.items() if m % 7 not in (3, 4)}
+    ours = Detectors(0.05, 86400.0, 3600.0, control_of)
+    got = {(m, k, g): (v, a) for m, k, g, v, a in run(gappy, ours)}
+    theirs = brute_force(gappy, 0.05, 86400.0, 3600.0)
+    assert theirs
+    for m, kind, group, value, alarmed in theirs:
+        if (m, kind, group) in got:
+            assert got[(m, kind, group)][0] == pytest.approx(value, rel=1e-9, abs=1e-9)
+            assert got[(m, kind, group)][1] == alarmed
