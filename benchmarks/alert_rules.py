@@ -130,6 +130,10 @@ def promtool_check(
         f"  - {RULES / 'streameval.yml'}",
         f"  - {RULES / 'alerts.yml'}",
         "evaluation_interval: 1m",
+        # the copy reads each evaluation's recorded series in the same evaluation; without an
+        # order promtool runs the groups in any order (a Prometheus server on their own timers,
+        # so its alerts may see the recorded values of the evaluation before: a minute later)
+        "group_eval_order: [streameval-thresholds, streameval-recording, streameval-quality]",
         "tests:",
         "  - interval: 1m",
         "    input_series:",
