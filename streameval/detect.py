@@ -49,7 +49,7 @@ KINDS = ("control", "reference")
 
 
 class DetectorRow(NamedTuple):
-    """One detector as the exporter and the live page show it."""
+    """One detector as the exporter, the live page and replay's report show it."""
 
     versus: str  # "control" or "reference"
     group: Group
@@ -59,6 +59,7 @@ class DetectorRow(NamedTuple):
     alarms: int
     difference: float | None
     stderr: float | None
+    onset: int | None  # the minute whose data raised the last alarm
 
 
 def threshold(arl_minutes: float, information: float) -> float:
@@ -261,11 +262,12 @@ class Detectors:
     # --- output --------------------------------------------------------------------------------
 
     def rows(self) -> list[DetectorRow]:
-        """Every detector, for the exporter and the live page."""
+        """Every detector, for the exporter, the live page and replay's report."""
         out = []
         for (kind, group), c in sorted(self.cusums.items()):
             d, se = c.last if c.last is not None else (None, None)
-            out.append(DetectorRow(kind, group, self.state(kind, group), c.value, c.h, c.alarms, d, se))
+            state = self.state(kind, group)
+            out.append(DetectorRow(kind, group, state, c.value, c.h, c.alarms, d, se, c.onset))
         return out
 
     def state(self, kind: str, group: Group) -> str:

@@ -65,23 +65,20 @@ def build_report(pipeline: Pipeline) -> dict[str, Any]:
 
 def detector_rows(detectors: Detectors, group_by: Sequence[str]) -> list[dict[str, Any]]:
     """Each detector's state at the end (README, Regression detectors)."""
-    rows = []
-    for (kind, group), cusum in sorted(detectors.cusums.items()):
-        last = cusum.last or (None, None)
-        rows.append(
-            {
-                "versus": kind,
-                "labels": dict(zip(group_by, group, strict=True)),
-                "state": detectors.state(kind, group),
-                "statistic": cusum.value,
-                "threshold": cusum.h,
-                "alarms": cusum.alarms,
-                "last_alarm": None if cusum.onset is None else _minute(cusum.onset),
-                "difference": last[0],
-                "stderr": last[1],
-            }
-        )
-    return rows
+    return [
+        {
+            "versus": row.versus,
+            "labels": dict(zip(group_by, row.group, strict=True)),
+            "state": row.state,
+            "statistic": row.statistic,
+            "threshold": row.threshold,
+            "alarms": row.alarms,
+            "last_alarm": None if row.onset is None else _minute(row.onset),
+            "difference": row.difference,
+            "stderr": row.stderr,
+        }
+        for row in detectors.rows()
+    ]
 
 
 def _minute(minute: int) -> str:
