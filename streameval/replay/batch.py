@@ -17,7 +17,6 @@ from __future__ import annotations
 import array
 import itertools
 import math
-import operator
 from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
@@ -265,13 +264,10 @@ def _detect(pipeline: Pipeline, admitted: dict[tuple[str, ...], list[GroupPart]]
     for minute in sorted(by_minute):
         sums = {}
         for group, pieces in by_minute[minute].items():
-            squares = (map(operator.mul, piece, piece) for piece in pieces)
             n = sum(len(piece) for piece in pieces)
-            sums[group] = [
-                float(n),
-                math.fsum(itertools.chain(*pieces)),
-                math.fsum(itertools.chain(*squares)),
-            ]
+            exact = Sums(1)
+            exact.add_exact(n, n, 0, [pieces])
+            sums[group] = [float(n), exact.sums[0], exact.squares[0]]
         assert pipeline.detectors is not None
         pipeline.detectors.minute(minute, sums)
 
