@@ -75,6 +75,11 @@ class MinuteSums:
             moments[1] += x
             moments[2] += x * x
 
+    def restore(self, minute: int, groups: dict[Group, Moments]) -> None:
+        """An open minute read back from a checkpoint."""
+        self.open[minute] = groups
+        self.first = minute if self.first is None else min(self.first, minute)
+
     def complete(self, frontier: float) -> list[tuple[int, dict[Group, Moments]]]:
         """Take the minutes that ended at or before ``frontier``, in order."""
         if self.first is None or (self.first + 1) * MINUTE > frontier:

@@ -278,10 +278,7 @@ def _apply_detection_or_totals(
         if pipeline.combiner is not None:  # else a partition that was 0 of more partitions
             pipeline.combiner.load(value)
     elif pipeline.minutes is not None:  # else the first metric is now weighted: no detectors
-        minute = int(rest)
-        pipeline.minutes.open[minute] = {_group(g, pipeline): list(m) for g, m in value["groups"]}
-        first = pipeline.minutes.first
-        pipeline.minutes.first = minute if first is None else min(first, minute)
+        pipeline.minutes.restore(int(rest), {_group(g, pipeline): list(m) for g, m in value["groups"]})
 
 
 def _apply_totals(pipeline: Pipeline, value: dict[str, Any]) -> None:
