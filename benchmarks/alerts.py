@@ -117,12 +117,10 @@ class Traffic:
 
 
 def detectors(settings: Settings) -> Detectors:
-    return Detectors(
-        settings.detect_min_effect,
-        settings.detect_arl,
-        settings.detect_reference,
-        lambda g: None if g[0] == "control" else ("control", g[1]),
-    )
+    """The daemon's detectors for the default settings (control = {model = "control"})."""
+    made = Detectors.of(settings)
+    assert made is not None  # the default first metric, MAP@10, is not weighted
+    return made
 
 
 def timeline(traffic: Traffic, minutes: int, broken: Group | None = None, drop: float = 0.0) -> np.ndarray:
