@@ -24,6 +24,7 @@ from streameval.detect import DetectorRow, Detectors
 from streameval.groups import GroupCap
 from streameval.join import Joiner, OpenQuery
 from streameval.minutes import Combiner, MinuteSums
+from streameval.packs import Packs
 from streameval.records import Engagement, Ignored, Impression, Rejection
 from streameval.scoring import Scorer, ScoringParams, Sums
 from streameval.windows import WindowedSums
@@ -87,6 +88,8 @@ class Pipeline:
         #: the state keys changed since the last checkpoint: none recorded until
         #: :meth:`record_changes` (a pipeline that is never checkpointed records nothing)
         self.changes: Changes = self.joiner.changes
+        #: which changelog pack holds each query's and dedup key's newest entry (streameval.packs)
+        self.packs = Packs()
         self.counters = Counters()
         self.settled_totals: dict[tuple[str, ...], Sums] = {}
         self.provisional: dict[tuple[str, ...], Sums] = {}

@@ -8,25 +8,31 @@ stored per key, as Kafka Streams stores a key-value store in a compacted changel
 ====================  ==========================================================================
 key                   value (JSON; every value carries ``"v"``, the format version)
 ====================  ==========================================================================
-``q:<query_id>``      an open query (``ts``, ``group``, ``score``) or, once settled, its
-                      tombstone (``settled``: the impression time); deleted when forgotten
+``p:<n>``             a pack (:mod:`streameval.packs`): entries of open queries (``q``: id, time,
+                      group, score), of tombstones of settled ones (``t``: id, impression time)
+                      and of event dedup keys (``s``: key, when it is forgotten); deleted once
+                      none of them is the newest entry of a key still held
 ``o:<query_id>``      the orphans waiting for that query; deleted when none is left
-``s:<dedup key>``     an event dedup key and when it is forgotten; deleted then
 ``w:<window>:<n>``    bucket n of a window: per group, the sums of its settled queries
 ``m:<minute>``        a minute not handed on to the detectors yet: per group, the moments of its
                       settled queries (README, Regression detectors)
 ``d``                 partition 0 only: the consumer group's detectors and the minutes topic
                       offset they have read to
 ``t``                 the totals: watermark, settled frontier, cumulative settled sums, counters,
-                      the last minute handed on
+                      the last minute handed on, the number of the next pack
 ====================  ==========================================================================
 
-A checkpoint writes only the keys that changed since the previous one (a deleted key as a
-null value, which compaction removes), plus ``t`` and the open ``m:`` minutes (one or two, at
-the settled frontier: cheaper to write each time than to record per settled query). So the
-write cost of a checkpoint is at most a few entries per record processed, however large the
-state, and a restore reads the live
-state (plus what compaction has not removed yet), not the history.
+A checkpoint writes only what changed since the previous one: the changed queries and dedup
+keys in new packs (and a null for each pack left with nothing newest), each other changed key
+(a deleted one as a null value, which compaction removes), plus ``t`` and the open ``m:``
+minutes (one or two, at the settled frontier: cheaper to write each time than to record per
+settled query). So the write cost of a checkpoint is a few entries per record processed in a
+few records, however large the state, and a restore reads the live state (plus what compaction
+has not removed yet), not the history.
+
+Format 3 and older kept a record per query (``q:<query_id>``) and per dedup key
+(``s:<dedup key>``). A restore reads them, and the first checkpoint after it writes all of them
+into packs and deletes the old records, in one transaction.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from streameval.config import Settings
 from streameval.errors import StateError
 from streameval.join import OpenQuery
 from streameval.minutes import Combiner
+from streameval.packs import Packs, number
 from streameval.pipeline import Counters, GroupCap, Pipeline
 from streameval.records import Engagement
 from streameval.scoring import QueryScore, Sums
@@ -49,10 +56,12 @@ from streameval.scoring import QueryScore, Sums
 #: The version of the layout above that checkpoints write. Version 2 stores a query's shown
 #: list as ``items`` (version 1: ``rank_of``, item -> first rank, slower to write); version 3
 #: adds the ``m:`` and ``d`` keys of the regression detectors (an older reader would not know
-#: them: the version makes it say so).
-FORMAT_VERSION = 3
+#: them: the version makes it say so); version 4 keeps queries and dedup keys in packs.
+FORMAT_VERSION = 4
 #: The versions a restore reads; it refuses any other.
-READABLE_VERSIONS = (1, 2, 3)
+READABLE_VERSIONS = (1, 2, 3, 4)
+#: the kinds of state key that live in packs
+PACKED = ("q", "s")
 TOTALS_KEY = b"t"
 DETECTORS_KEY = b"d"
 
@@ -73,7 +82,9 @@ def checkpoint_entries(pipeline: Pipeline) -> list[Entry]:
     keys = pipeline.changes.take()
     if pipeline.minutes is not None and pipeline.minutes.open:  # the minute(s) at the frontier
         keys = list(set(keys).union(("m", m) for m in pipeline.minutes.open))
-    out = [_entry(pipeline, key) for key in keys]
+    packed = [key for key in keys if key[0] in PACKED]
+    out = pipeline.packs.write(packed, _packed_entry(pipeline), FORMAT_VERSION, pipeline.packs.empty())
+    out += [_entry(pipeline, key) for key in keys if key[0] not in PACKED]
     combiner = pipeline.combiner
     if combiner is not None and combiner.changed:
         combiner.changed = False
@@ -85,12 +96,14 @@ def checkpoint_entries(pipeline: Pipeline) -> list[Entry]:
 def all_entries(pipeline: Pipeline) -> list[Entry]:
     """Every entry of the whole state, as a restore would need it (tests and benchmarks)."""
     joiner = pipeline.joiner
-    keys: list[Any] = [("q", q) for q in (*joiner.open, *joiner.tombstones)]
-    keys += [("o", q) for q in joiner.orphans]
-    keys += [("s", k) for k in joiner.seen]
+    packed: list[Any] = [("q", q) for q in (*joiner.open, *joiner.tombstones)]
+    packed += [("s", k) for k in joiner.seen]
+    keys: list[Any] = [("o", q) for q in joiner.orphans]
     keys += [("w", ring.window.name, i) for ring in pipeline.windows.rings for i in ring.buckets]
     keys += [("m", m) for m in (pipeline.minutes.open if pipeline.minutes else ())]
-    out = [_entry(pipeline, key) for key in keys]
+    pipeline.packs = Packs(pipeline.packs.next)
+    out = pipeline.packs.write(packed, _packed_entry(pipeline), FORMAT_VERSION)
+    out += [_entry(pipeline, key) for key in keys]
     if pipeline.combiner is not None:
         out.append((DETECTORS_KEY, _dumps(pipeline.combiner.to_dict())))
     out.append((TOTALS_KEY, _dumps(_totals(pipeline))))
@@ -113,18 +126,28 @@ def _groups(table: dict[tuple[str, ...], Sums]) -> list[list[Any]]:
     return [[list(group), sums.to_dict()] for group, sums in table.items()]
 
 
+def _packed_entry(pipeline: Pipeline) -> Callable[[tuple[Any, ...]], tuple[str, Any] | None]:
+    """A query's or dedup key's entry in a pack, None when it is no longer held."""
+    joiner = pipeline.joiner
+    open_queries, tombstones, seen = joiner.open, joiner.tombstones, joiner.seen
+
+    def entry(key: tuple[Any, ...]) -> tuple[str, Any] | None:
+        if key[0] == "s":
+            expiry = seen.get(key[1])
+            return None if expiry is None else ("s", (key[1], expiry))
+        query_id = key[1]
+        query = open_queries.get(query_id)
+        if query is not None:
+            return "q", (query_id, query.ts, query.group, query.score.to_dict())
+        settled = tombstones.get(query_id)
+        return None if settled is None else ("t", (query_id, settled))
+
+    return entry
+
+
 def _entry(pipeline: Pipeline, key: tuple[Any, ...]) -> Entry:
     joiner = pipeline.joiner
     kind = key[0]
-    if kind == "q":
-        query_id = key[1]
-        name = b"q:" + query_id.encode()
-        query = joiner.open.get(query_id)
-        if query is not None:
-            return name, _dumps({"ts": query.ts, "group": query.group, "score": query.score.to_dict()})
-        if query_id in joiner.tombstones:
-            return name, _dumps({"settled": joiner.tombstones[query_id]})
-        return name, None
     if kind == "o":
         name = b"o:" + key[1].encode()
         waiting = joiner.orphans.get(key[1])
@@ -132,10 +155,6 @@ def _entry(pipeline: Pipeline, key: tuple[Any, ...]) -> Entry:
             return name, None
         events = [[e.query_id, e.item, e.type, e.ts, e.event_id] for e in waiting]
         return name, _dumps({"events": events})
-    if kind == "s":
-        name = b"s:" + orjson.dumps(key[1])
-        expiry = joiner.seen.get(key[1])
-        return name, None if expiry is None else _dumps({"until": expiry})
     if kind == "m":
         name = f"m:{key[1]}".encode()
         moments = pipeline.minutes.open.get(key[1]) if pipeline.minutes is not None else None
@@ -155,6 +174,7 @@ def _totals(pipeline: Pipeline) -> dict[str, Any]:
         "frontier": _finite(pipeline.windows.frontier),
         "settled": _groups(pipeline.settled_totals),
         "minutes_through": pipeline.minutes.through if pipeline.minutes is not None else None,
+        "next_pack": pipeline.packs.next,
         "counters": {
             "consumed": list(c.consumed.items()),
             "rejected": [[t, r, n] for (t, r), n in c.rejected.items()],
@@ -215,19 +235,81 @@ def restore(
     ``combiner``: the group's detectors, for partition 0."""
     pipeline = Pipeline(settings, wall_clock=wall_clock, group_cap=group_cap)
     pipeline.combiner = combiner
+    packs: list[tuple[int, dict[str, Any], str]] = []
+    legacy: list[bytes] = []
+    next_pack = 0
     for key, (value, where) in values.items():
+        n = number(key)
+        if n is not None:
+            packs.append((n, value, where))
+            continue
+        if key[:2] in (b"q:", b"s:"):
+            legacy.append(key)
         try:
             _apply(pipeline, key, value)
+            if key == TOTALS_KEY:
+                next_pack = int(value.get("next_pack", 0))
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             raise StateError(
                 f"{where}: changelog record {key[:60]!r} does not fit this state: {exc!r}"
             ) from None
+    pipeline.packs = _apply_packs(pipeline, sorted(packs, key=lambda p: p[0]), next_pack)
     if wall_clock is not None:
         # idle time counts from the restore: the time the partition was unowned is not quiet
         # input, its records are still to be read
         pipeline.watermark.mark_active()
     pipeline.record_changes()
+    if legacy:  # an older layout: the next checkpoint moves every query and dedup key into packs
+        pipeline.packs.legacy = legacy
+        joiner = pipeline.joiner
+        pipeline.changes.update(("q", q) for q in (*joiner.open, *joiner.tombstones))
+        pipeline.changes.update(("s", k) for k in joiner.seen)
     return pipeline
+
+
+def _apply_packs(pipeline: Pipeline, packs: list[tuple[int, dict[str, Any], str]], next_pack: int) -> Packs:
+    """The queries and dedup keys of the packs (in their order: a later entry of a key is newer),
+    less what the watermark has passed (:mod:`streameval.packs`); which pack holds each."""
+    queries: dict[str, tuple[int, list[Any], bool]] = {}
+    seen: dict[Any, tuple[int, float]] = {}
+    for n, value, where in packs:
+        try:
+            for entry in value.get("q", ()):
+                queries[entry[0]] = (n, entry, True)
+            for entry in value.get("t", ()):
+                queries[entry[0]] = (n, entry, False)
+            for key, until in value.get("s", ()):
+                seen[tuple(key) if isinstance(key, list) else key] = (n, float(until))
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise StateError(f"{where}: changelog pack {n} does not fit this state: {exc!r}") from None
+    out = Packs(max(next_pack, packs[-1][0] + 1) if packs else next_pack)
+    out.live = {n: 0 for n, _, _ in packs}
+    joiner, watermark = pipeline.joiner, pipeline.watermark.value
+    for query_id, (n, entry, is_open) in queries.items():
+        ts = float(entry[1])
+        if ts + joiner.max_horizon + joiner.retention < watermark:
+            continue  # forgotten (its tombstone's time has passed)
+        if is_open and ts + joiner.max_horizon >= watermark:
+            _open(pipeline, query_id, ts, entry[2], entry[3])
+        else:  # a tombstone, or an entry from before it settled whose tombstone's pack is gone
+            joiner.add_tombstone(query_id, ts)
+        out.held(("q", query_id), n)
+    for key, (n, until) in seen.items():
+        if until >= watermark:  # else forgotten
+            joiner.add_seen(key, until)
+            out.held(("s", key), n)
+    return out
+
+
+def _open(
+    pipeline: Pipeline, query_id: str, ts: float, labels: list[str], score_dict: dict[str, Any]
+) -> None:
+    score = QueryScore.from_dict(score_dict)
+    query = OpenQuery(query_id, ts, _group(labels, pipeline), score)
+    query.n_relevant = score.n_relevant
+    query.values = pipeline.scorer.values(score)
+    pipeline.joiner.add_open(query)
+    pipeline.restored_open(query)
 
 
 def _group(labels: list[str], pipeline: Pipeline) -> tuple[str, ...]:
@@ -247,12 +329,7 @@ def _apply(pipeline: Pipeline, key: bytes, value: dict[str, Any]) -> None:
         if "settled" in value:
             joiner.add_tombstone(query_id, float(value["settled"]))
             return
-        score = QueryScore.from_dict(value["score"])
-        query = OpenQuery(query_id, float(value["ts"]), _group(value["group"], pipeline), score)
-        query.n_relevant = score.n_relevant
-        query.values = pipeline.scorer.values(score)
-        joiner.add_open(query)
-        pipeline.restored_open(query)
+        _open(pipeline, query_id, float(value["ts"]), value["group"], value["score"])
     elif kind == b"o":
         for query_id, item, event_type, ts, event_id in value["events"]:
             joiner.add_orphan(Engagement(query_id, item, event_type, float(ts), event_id))

@@ -139,8 +139,69 @@ def test_deleted_keys_are_written_as_nulls_and_state_stays_bounded() -> None:
     ingest(p, orjson.dumps({"query_id": "late", "ts": T0 + 30 * 86400, "items": ["a"]}), "impressions", True)
     log += state.checkpoint_entries(p)
     live = state.latest([(k, v, "x") for k, v in log])
-    assert set(live) == {b"q:late", b"t"}
+    assert set(live) == {b"p:1", b"t"}  # the first pack is deleted: all of it forgotten
     assert_same(changelog_replay(log), p)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_packs_restored_at_any_checkpoint_carry_on_as_never_stopped(seed: int) -> None:
+    """Checkpoints every few dozen records over hours of traffic: packs outlive some of their
+    entries (the restore drops what the watermark passed), and a restore from any checkpoint
+    carries on as if never stopped, while the live packs stay few."""
+    records = raw_records(seed, n_queries=300)
+    uninterrupted = Pipeline(SETTINGS)
+    feed(uninterrupted, records)
+    rng = random.Random(seed)
+    log: list[tuple[bytes, bytes | None]] = []
+    live = Pipeline(SETTINGS)
+    live.record_changes()
+    stops = sorted(rng.sample(range(len(records)), 3))
+    step = 40
+    for start in range(0, len(records), step):
+        feed(live, records[start : start + step])
+        log += state.checkpoint_entries(live)
+        if any(start <= stop < start + step for stop in stops):
+            restored = changelog_replay(log)
+            assert_same(restored, live)
+            feed(restored, records[start + step :])
+            assert_same(restored, uninterrupted)
+    held = [k for k in state.latest([(k, v, "x") for k, v in log]) if k.startswith(b"p:")]
+    assert len(held) < len(log) / 20
+
+
+def _format_3(p: Pipeline) -> list[tuple[bytes, bytes | None]]:
+    """The whole state as format 3 wrote it: a record per query and per dedup key."""
+    def dumps(value: dict) -> bytes:
+        return orjson.dumps({"v": 3, **value})
+
+    joiner = p.joiner
+    out = [(k, v) for k, v in state.all_entries(p) if not k.startswith(b"p:")]
+    for q in joiner.open.values():
+        value = {"ts": q.ts, "group": q.group, "score": q.score.to_dict()}
+        out.append((b"q:" + q.query_id.encode(), dumps(value)))
+    for query_id, settled in joiner.tombstones.items():
+        out.append((b"q:" + query_id.encode(), dumps({"settled": settled})))
+    for key, until in joiner.seen.items():
+        out.append((b"s:" + orjson.dumps(key), dumps({"until": until})))
+    return out
+
+
+def test_a_format_3_changelog_moves_into_packs_at_the_first_checkpoint() -> None:
+    records = raw_records(11, n_queries=200)
+    p = Pipeline(SETTINGS)
+    feed(p, records[: len(records) // 2])
+    log = _format_3(p)
+    assert any(k.startswith(b"s:") for k, _ in log) and any(k.startswith(b"q:") for k, _ in log)
+    restored = changelog_replay(log)
+    assert_same(restored, p)
+    log += state.checkpoint_entries(restored)
+    held = state.latest([(k, v, "x") for k, v in log])
+    assert not [k for k in held if k[:2] in (b"q:", b"s:")]
+    again = changelog_replay(log)
+    assert_same(again, p)
+    feed(again, records[len(records) // 2 :])
+    feed(p, records[len(records) // 2 :])
+    assert_same(again, p)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,118 @@
+"""Packs: the queries and dedup keys of a partition's state, many to a changelog record. No I/O.
+
+Most of what a checkpoint writes is per query (an open query, or the tombstone of a settled
+one) and per event (its dedup key). Written one record per key, a checkpoint sends about 1.3
+changelog records per input record, and every record costs the producer and the encoder as much
+as a whole list of them. So these two kinds go into *packs*: each checkpoint writes the query
+and dedup-key entries that changed since the last one into records ``p:<n>`` (``n`` counts up
+per partition, from the totals), a few thousand entries each, and a pack is deleted (a null
+value) once none of its entries is still the newest value of a key that is still held:
+
+- a newer pack wrote the key again (an event changed the query; it settled), or
+- the key was forgotten (a tombstone or a dedup key whose time the watermark passed).
+
+A forgotten key writes nothing. Its entry may stay in a pack that is still live for other
+entries, so a restore drops what the watermark has passed, exactly as the join would have: a
+dedup key whose time is below the watermark, a tombstone past its retention, and an open query
+past its settling time, which is then a tombstone, or nothing when that too is past (the join
+settles every query the watermark passes, so no checkpoint holds such a query open; an entry
+that says so was written before it settled, by a pack the settling's own pack outlived).
+
+The orphans (``o:<query_id>``), windows, minutes, detectors and totals keep their keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+#: a pack's value stays under this many bytes when it can (a producer's default max_request_size
+#: is 1 MiB); a larger one is split in two
+PACK_BYTES = 512 * 1024
+#: the entries a pack takes before its size is looked at
+PACK_ENTRIES = 2_000
+PREFIX = b"p:"
+
+Entry = tuple[bytes, bytes | None]
+StateKey = tuple[Any, ...]
+
+
+class Packs:
+    """Which pack holds the newest entry of each query and dedup key, and how many entries of
+    each pack are still the newest; the number of the next pack."""
+
+    __slots__ = ("where", "live", "next", "legacy")
+
+    def __init__(self, first: int = 0) -> None:
+        self.where: dict[StateKey, int] = {}
+        self.live: dict[int, int] = {}
+        self.next = first
+        #: records of an older layout (a key per query or dedup key): deleted by the next
+        #: checkpoint, which writes every key they held into packs
+        self.legacy: list[bytes] = []
+
+    def held(self, key: StateKey, pack: int) -> None:
+        """``key``'s newest entry is in ``pack`` (a restore, reading the packs in order)."""
+        old = self.where.get(key)
+        if old is not None:
+            self.live[old] -= 1
+        self.where[key] = pack
+        self.live[pack] = self.live.get(pack, 0) + 1
+
+    def empty(self) -> list[int]:
+        """The packs none of whose entries is the newest any more (after a restore)."""
+        return [n for n, count in self.live.items() if count == 0]
+
+    def write(
+        self, changed: list[StateKey], entry: Any, version: int, empty: list[int] | None = None
+    ) -> list[Entry]:
+        """The changelog records of a checkpoint's changed queries and dedup keys: new packs of
+        the keys still held (``entry(key)``: its JSON-ready entry under ``"q"``, ``"t"`` or
+        ``"s"``, or None when the key is no longer held), nulls for the packs left with nothing
+        newest and for the records of an older layout."""
+        out: list[Entry] = [(name, None) for name in self.legacy]
+        self.legacy = []
+        dropped = list(empty or ())
+        where, live = self.where, self.live
+        held: list[tuple[StateKey, tuple[str, Any]]] = []
+        for key in changed:
+            old = where.pop(key, None)
+            if old is not None:
+                count = live[old] - 1
+                if count:
+                    live[old] = count
+                else:
+                    del live[old]
+                    dropped.append(old)
+            value = entry(key)
+            if value is not None:
+                held.append((key, value))
+        for start in range(0, len(held), PACK_ENTRIES):
+            out += self._packs(held[start : start + PACK_ENTRIES], version)
+        for n in dict.fromkeys(dropped):
+            live.pop(n, None)
+            out.append((PREFIX + str(n).encode(), None))
+        return out
+
+    def _packs(self, chunk: list[tuple[StateKey, tuple[str, Any]]], version: int) -> list[Entry]:
+        tables: dict[str, list[Any]] = {"q": [], "t": [], "s": []}
+        for _, (kind, value) in chunk:
+            tables[kind].append(value)
+        raw = orjson.dumps({"v": version, **{k: v for k, v in tables.items() if v}})
+        if len(raw) > PACK_BYTES and len(chunk) > 1:
+            half = len(chunk) // 2
+            return self._packs(chunk[:half], version) + self._packs(chunk[half:], version)
+        n = self.next
+        self.next += 1
+        self.live[n] = len(chunk)
+        for key, _ in chunk:
+            self.where[key] = n
+        return [(PREFIX + str(n).encode(), raw)]
+
+
+def number(key: bytes) -> int | None:
+    """The number of pack record ``key``, None when it is not a pack's."""
+    if not key.startswith(PREFIX):
+        return None
+    return int(key[len(PREFIX) :])
