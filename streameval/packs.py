@@ -68,14 +68,15 @@ class Packs:
         self, changed: list[StateKey], entry: Any, version: int, empty: list[int] | None = None
     ) -> list[Entry]:
         """The changelog records of a checkpoint's changed queries and dedup keys: new packs of
-        the keys still held (``entry(key)``: its JSON-ready entry under ``"q"``, ``"t"`` or
-        ``"s"``, or None when the key is no longer held), nulls for the packs left with nothing
-        newest and for the records of an older layout."""
+        the keys still held (``entry(key)``: its kind, ``"q"``, ``"t"`` or ``"s"``, and its
+        JSON-ready entry, or None when the key is no longer held), nulls for the packs left with
+        nothing newest and for the records of an older layout. A pack holds entries of one kind."""
         out: list[Entry] = [(name, None) for name in self.legacy]
         self.legacy = []
         dropped = list(empty or ())
         where, live = self.where, self.live
-        held: list[tuple[StateKey, tuple[str, Any]]] = []
+        keys: dict[str, list[StateKey]] = {"q": [], "t": [], "s": []}
+        values: dict[str, list[Any]] = {"q": [], "t": [], "s": []}
         for key in changed:
             old = where.pop(key, None)
             if old is not None:
@@ -85,29 +86,32 @@ class Packs:
                 else:
                     del live[old]
                     dropped.append(old)
-            value = entry(key)
-            if value is not None:
-                held.append((key, value))
-        for start in range(0, len(held), PACK_ENTRIES):
-            out += self._packs(held[start : start + PACK_ENTRIES], version)
+            held = entry(key)
+            if held is not None:
+                keys[held[0]].append(key)
+                values[held[0]].append(held[1])
+        for kind, table in values.items():
+            for start in range(0, len(table), PACK_ENTRIES):
+                end = start + PACK_ENTRIES
+                out += self._packs(kind, keys[kind][start:end], table[start:end], version)
         for n in dict.fromkeys(dropped):
             live.pop(n, None)
             out.append((PREFIX + str(n).encode(), None))
         return out
 
-    def _packs(self, chunk: list[tuple[StateKey, tuple[str, Any]]], version: int) -> list[Entry]:
-        tables: dict[str, list[Any]] = {"q": [], "t": [], "s": []}
-        for _, (kind, value) in chunk:
-            tables[kind].append(value)
-        raw = orjson.dumps({"v": version, **{k: v for k, v in tables.items() if v}})
-        if len(raw) > PACK_BYTES and len(chunk) > 1:
-            half = len(chunk) // 2
-            return self._packs(chunk[:half], version) + self._packs(chunk[half:], version)
+    def _packs(self, kind: str, keys: list[StateKey], values: list[Any], version: int) -> list[Entry]:
+        raw = orjson.dumps({"v": version, kind: values})
+        if len(raw) > PACK_BYTES and len(values) > 1:
+            half = len(values) // 2
+            return self._packs(kind, keys[:half], values[:half], version) + self._packs(
+                kind, keys[half:], values[half:], version
+            )
         n = self.next
         self.next += 1
-        self.live[n] = len(chunk)
-        for key, _ in chunk:
-            self.where[key] = n
+        self.live[n] = len(keys)
+        where = self.where
+        for key in keys:
+            where[key] = n
         return [(PREFIX + str(n).encode(), raw)]
 
 

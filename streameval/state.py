@@ -138,7 +138,7 @@ def _packed_entry(pipeline: Pipeline) -> Callable[[tuple[Any, ...]], tuple[str, 
         query_id = key[1]
         query = open_queries.get(query_id)
         if query is not None:
-            return "q", (query_id, query.ts, query.group, query.score.to_dict())
+            return "q", (query_id, query.ts, query.group, query.score.to_row())
         settled = tombstones.get(query_id)
         return None if settled is None else ("t", (query_id, settled))
 
@@ -290,7 +290,7 @@ def _apply_packs(pipeline: Pipeline, packs: list[tuple[int, dict[str, Any], str]
         if ts + joiner.max_horizon + joiner.retention < watermark:
             continue  # forgotten (its tombstone's time has passed)
         if is_open and ts + joiner.max_horizon >= watermark:
-            _open(pipeline, query_id, ts, entry[2], entry[3])
+            _open(pipeline, query_id, ts, entry[2], pipeline.scorer.from_row(entry[3]))
         else:  # a tombstone, or an entry from before it settled whose tombstone's pack is gone
             joiner.add_tombstone(query_id, ts)
         out.held(("q", query_id), n)
@@ -301,10 +301,7 @@ def _apply_packs(pipeline: Pipeline, packs: list[tuple[int, dict[str, Any], str]
     return out
 
 
-def _open(
-    pipeline: Pipeline, query_id: str, ts: float, labels: list[str], score_dict: dict[str, Any]
-) -> None:
-    score = QueryScore.from_dict(score_dict)
+def _open(pipeline: Pipeline, query_id: str, ts: float, labels: list[str], score: QueryScore) -> None:
     query = OpenQuery(query_id, ts, _group(labels, pipeline), score)
     query.n_relevant = score.n_relevant
     query.values = pipeline.scorer.values(score)
@@ -329,7 +326,8 @@ def _apply(pipeline: Pipeline, key: bytes, value: dict[str, Any]) -> None:
         if "settled" in value:
             joiner.add_tombstone(query_id, float(value["settled"]))
             return
-        _open(pipeline, query_id, float(value["ts"]), value["group"], value["score"])
+        score = QueryScore.from_dict(value["score"])
+        _open(pipeline, query_id, float(value["ts"]), value["group"], score)
     elif kind == b"o":
         for query_id, item, event_type, ts, event_id in value["events"]:
             joiner.add_orphan(Engagement(query_id, item, event_type, float(ts), event_id))

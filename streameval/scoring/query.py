@@ -86,6 +86,30 @@ class QueryScore:
             "dcg": self.dcg,
         }
 
+    def to_row(self) -> list[Any]:
+        """The state as a list: the shown list as held (one string, or a list), and the rest
+        unless no event has changed it yet (the changelog's packs)."""
+        if self.grade is _NO_GRADES:
+            return [self.items]
+        return [self.items, self.grade, self.hits, self.ideal, self.ap_num, self.dcg]
+
+    @classmethod
+    def from_row(cls, row: Sequence[Any], ap_zero: Sequence[float], dcg_zero: Sequence[float]) -> QueryScore:
+        """The state :meth:`to_row` wrote; ``ap_zero`` and ``dcg_zero`` as :meth:`Scorer.new`
+        starts them."""
+        state = cls((), ap_zero, dcg_zero)
+        items = row[0]
+        if isinstance(items, str):
+            if not (items.startswith(SEP) and items.endswith(SEP)):
+                raise ValueError("a shown list held as one string starts and ends with a separator")
+            state.items = items
+        else:
+            state.items = compact(items)
+        if len(row) > 1:
+            state.grade = row[1] or _NO_GRADES
+            state.hits, state.ideal, state.ap_num, state.dcg = row[2], row[3], row[4], row[5]
+        return state
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> QueryScore:
         if "items" in data:
@@ -164,6 +188,10 @@ class Scorer:
     def new(self, items: Sequence[str]) -> QueryScore:
         """The state of a query with no engagement yet."""
         return QueryScore(items, self._ap_zero, self._dcg_zero)
+
+    def from_row(self, row: Sequence[Any]) -> QueryScore:
+        """A query's state as :meth:`QueryScore.to_row` wrote it."""
+        return QueryScore.from_row(row, self._ap_zero, self._dcg_zero)
 
     def add_grade(self, state: QueryScore, item: str, grade: float) -> bool:
         """Apply one attributed event of ``grade`` on ``item``; True when any metric changed."""
