@@ -6,8 +6,12 @@ nothing with a record but ``orjson.loads`` its value (and, after each poll, the 
 workaround of a kafka-python rebalance that never ends). Exits once it has read ``--expect``
 records. Run as its own process, like the daemon, so both include an interpreter's start.
 
+With ``--client confluent-kafka`` it is a bare confluent-kafka (librdkafka) consumer instead,
+with the same settings where librdkafka has them (``read_committed``, earliest, no auto
+commit) and batches of 500 (``consume``), for row 2c.
+
     python benchmarks/bare_consumer.py --bootstrap-servers HOST:PORT --group G \\
-        --topic IMPRESSIONS --topic EVENTS --expect N
+        --topic IMPRESSIONS --topic EVENTS --expect N [--client confluent-kafka]
 """
 
 from __future__ import annotations
@@ -33,7 +37,11 @@ def main() -> None:
     parser.add_argument("--group", required=True)
     parser.add_argument("--topic", action="append", required=True)
     parser.add_argument("--expect", type=int, required=True)
+    parser.add_argument("--client", choices=("kafka-python", "confluent-kafka"), default="kafka-python")
     args = parser.parse_args()
+    if args.client == "confluent-kafka":
+        print(confluent(args))
+        return
     settings = load_settings(None, {}, {"bootstrap_servers": args.bootstrap_servers, "group_id": args.group})
     consumer = make_consumer(settings)
     consumer.subscribe(args.topic)
@@ -51,6 +59,34 @@ def main() -> None:
         keep_join_awaited(consumer)
     consumer.close()
     print(seen)
+
+
+def confluent(args: argparse.Namespace) -> int:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": args.bootstrap_servers,
+            "group.id": args.group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.subscribe(args.topic)
+    seen = 0
+    while seen < args.expect:
+        messages = consumer.consume(num_messages=500, timeout=0.2)
+        for message in messages:
+            if message.error() is not None:
+                continue
+            try:
+                orjson.loads(message.value())
+            except orjson.JSONDecodeError:
+                pass
+            seen += 1
+    consumer.close()
+    return seen
 
 
 if __name__ == "__main__":

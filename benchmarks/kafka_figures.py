@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import bisect
 import difflib
+import importlib.util
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -188,13 +190,32 @@ class Daemon:
             self.process.wait()
 
 
-def bare_consumer(topics: Topics, n: int, log) -> float:
+def bare_consumer(topics: Topics, n: int, log, client: str = "kafka-python") -> float:
     start = time.perf_counter()
     cmd = [PY, str(ROOT / "benchmarks" / "bare_consumer.py"), "--bootstrap-servers", topics.bootstrap]
-    cmd += ["--group", f"{topics.prefix}.floor-{uuid.uuid4().hex[:6]}"]
+    cmd += ["--group", f"{topics.prefix}.floor-{uuid.uuid4().hex[:6]}", "--client", client]
     cmd += ["--topic", topics.impressions, "--topic", topics.events, "--expect", str(n)]
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=log, timeout=600)
     return time.perf_counter() - start
+
+
+def have(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def quix_job(topics: Topics, n: int, log) -> tuple[float, str]:
+    """Figure 7's peer (``quix_job.py``) on the backlog, in a group and a state directory of its
+    own: seconds from its start until it exits having processed ``n`` records, and what it
+    printed (its MAP@10 per model)."""
+    with tempfile.TemporaryDirectory(prefix="streameval-quix-") as state_dir:
+        start = time.perf_counter()
+        cmd = [PY, str(ROOT / "benchmarks" / "quix_job.py"), "--bootstrap-servers", topics.bootstrap]
+        cmd += ["--group", f"{topics.prefix}.quix-{uuid.uuid4().hex[:6]}", "--state-dir", state_dir]
+        cmd += ["--impressions-topic", topics.impressions, "--events-topic", topics.events]
+        cmd += ["--expect", str(n)]
+        done = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True, timeout=900)
+        log.write(done.stderr.encode())
+        return time.perf_counter() - start, done.stdout
 
 
 def figure_2(bootstrap: str, duration_s: int, port: int, log, say, compiled: Path | None = None) -> dict:
@@ -223,6 +244,10 @@ def figure_2(bootstrap: str, duration_s: int, port: int, log, say, compiled: Pat
             finally:
                 daemon.stop()
 
+        # row 2c and figure 7 when their libraries are installed (the bench extras)
+        librdkafka: list[float] = []
+        quix: list[float] = []
+        quix_out: list[str] = []
         for attempt in range(2):
             floor.append(bare_consumer(topics, n, log))
             daemon_run(run)
@@ -231,6 +256,14 @@ def figure_2(bootstrap: str, duration_s: int, port: int, log, say, compiled: Pat
             if compiled is not None:
                 daemon_run(fast, cwd=compiled)
                 line += f", compiled {fast[-1]:.2f} s"
+            if have("confluent_kafka"):
+                librdkafka.append(bare_consumer(topics, n, log, "confluent-kafka"))
+                line += f", bare confluent-kafka consumer {librdkafka[-1]:.2f} s"
+            if have("quixstreams"):
+                elapsed, printed = quix_job(topics, n, log)
+                quix.append(elapsed)
+                quix_out.append(printed)
+                line += f", figure 7: the Quix Streams job {quix[-1]:.2f} s"
             say(line)
         plain: list[float] = []
         # the longest interval a default broker's transactions allow (README, Guarantees): no
@@ -261,6 +294,22 @@ def figure_2(bootstrap: str, duration_s: int, port: int, log, say, compiled: Pat
         if fast:
             result["compiled_run_s"] = min(fast)
             result["compiled_ratio"] = min(floor) / min(fast)
+        if librdkafka:
+            result["bare_confluent_s"] = min(librdkafka)
+            result["confluent_floor_ratio"] = min(floor) / min(librdkafka)
+        if quix:
+            result["peer"] = {
+                "records": n,
+                "quix_s": min(quix),
+                "run_s": min(run),
+                "speedup": min(quix) / min(run),
+                "runs_s": quix,
+                # the job's MAP@10 per model, equal in every run (its exactly-once state)
+                "same_output": len(set(quix_out)) == 1 and bool(quix_out[0].strip()),
+                "output": quix_out[0],
+            }
+        else:
+            result["peer"] = {"skipped": 'quixstreams is not installed: pip install -e ".[bench]"'}
         return result
     finally:
         topics.delete()

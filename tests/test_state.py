@@ -171,6 +171,7 @@ def test_packs_restored_at_any_checkpoint_carry_on_as_never_stopped(seed: int) -
 
 def _format_3(p: Pipeline) -> list[tuple[bytes, bytes | None]]:
     """The whole state as format 3 wrote it: a record per query and per dedup key."""
+
     def dumps(value: dict) -> bytes:
         return orjson.dumps({"v": 3, **value})
 
