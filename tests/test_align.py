@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from streameval.kafka.align import Aligner, Entry
 from streameval.records import Engagement, Impression, Rejection
 
@@ -99,3 +102,42 @@ def test_a_topic_with_records_on_the_broker_blocks_without_a_time_limit() -> Non
     assert aligner.pop(caught_up, is_behind) is None
     now[0] = 605.0
     assert aligner.pop(caught_up, is_behind) is not None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["imps", "evs", "buys"]),
+            st.one_of(st.none(), st.integers(0, 20)),  # None: a rejected record
+        ),
+        max_size=40,
+    ),
+    st.sets(st.sampled_from(["imps", "evs", "buys"])),
+)
+def test_take_hands_out_what_pop_does_in_the_same_order(records, caught) -> None:
+    """take() -- the loop's way, a fast path while every topic holds a record -- and pop()
+    called until None give the same entries in the same order, and leave the same behind."""
+
+    def fill() -> Aligner:
+        aligner = Aligner(["imps", "evs", "buys"], clock=lambda: 0.0, max_wait=5.0)
+        for offset, (topic, ts) in enumerate(records):
+            record = (
+                Rejection("not_json", "x")
+                if ts is None
+                else Engagement("q", "a", "click", float(ts), None)
+                if topic != "imps"
+                else Impression("q", float(ts), ("a",), ())
+            )
+            aligner.push(Entry(topic, offset, record, None))
+        return aligner
+
+    def caught_up(topic: str) -> bool:
+        return topic in caught
+
+    by_pop, popped = fill(), []
+    while (entry := by_pop.pop(caught_up)) is not None:
+        popped.append(entry.offset)
+    by_take = fill()
+    assert [e.offset for e in by_take.take(caught_up)] == popped
+    assert len(by_take) == len(by_pop)

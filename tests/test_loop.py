@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import settings as settings_hypothesis
+from hypothesis import strategies as st
 from kafka import TopicPartition
+from kafka.partitioner.default import murmur2 as kafka_murmur2
 
 from streameval.config import load_settings
 from streameval.kafka.checkpoint import CheckpointFailed
@@ -14,7 +18,7 @@ from streameval.kafka.ends import END_OFFSETS_INTERVAL_S, END_OFFSETS_MAX_BACKOF
 from streameval.kafka.flow import PAUSE_ABOVE, RESUME_BELOW, FlowControl
 from streameval.kafka.loop import ConsumerLoop, Membership, Rebalanced
 from streameval.kafka.partitions import PartitionState, Phase
-from streameval.kafka.placement import Placement
+from streameval.kafka.placement import Placement, murmur2
 from tests.fakes import Cluster, FakeConsumer, FakeRestorer, FakeTransactions
 
 T0 = 1_700_000_000.0
@@ -394,3 +398,18 @@ def test_the_join_waits_for_source_records_another_members_stage_has_not_committ
     loop.sources.due = 0.0
     assert rounds(loop) == 24
     assert loop.publish(force=True).snapshot.counters.attributed == 12
+
+
+@pytest.mark.parametrize(
+    ("key", "partition"),
+    # Kafka's Java producer: Utils.toPositive(Utils.murmur2(key)) % 1000
+    [(b"", 681), (b"a", 524), (b"ab", 434), (b"abc", 107), (b"123456789", 566), (b"\x00 ", 742)],
+)
+def test_placement_murmur2_is_the_java_clients(key: bytes, partition: int) -> None:
+    assert (murmur2(key) & 0x7FFFFFFF) % 1000 == partition
+
+
+@settings_hypothesis(max_examples=2000, deadline=None)
+@given(st.binary(max_size=400))
+def test_placement_murmur2_equals_kafka_pythons_for_every_key(key: bytes) -> None:
+    assert murmur2(key) == kafka_murmur2(key)

@@ -25,7 +25,7 @@ an unprocessed record).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,6 +110,36 @@ class Aligner:
                 if now - self._dry_since.setdefault(topic, now) < self.waits.get(topic, self.max_wait):
                     return None  # this topic may still bring an earlier record
         return best.popleft()
+
+    def take(
+        self, caught_up: Callable[[str], bool], behind: Callable[[str], bool] | None = None
+    ) -> Iterator[Entry]:
+        """The entries :meth:`pop` would hand out one call at a time, in the same order, until
+        it would return None. While every topic has a buffered record (a backlog), the next one
+        is chosen among the heads without asking ``caught_up`` or ``behind``, as :meth:`pop`
+        does then."""
+        buffers = list(self.buffers.values())
+        while True:
+            if all(buffers):
+                self._dry_since.clear()
+                while True:
+                    best: deque[Entry] | None = None
+                    best_ts = 0.0
+                    for buffer in buffers:
+                        head = buffer[0].record
+                        if isinstance(head, Rejection | Ignored):
+                            best = buffer
+                            break
+                        if best is None or head.ts < best_ts:
+                            best, best_ts = buffer, head.ts
+                    assert best is not None  # every buffer holds a record
+                    yield best.popleft()
+                    if not best:
+                        break
+            entry = self.pop(caught_up, behind)
+            if entry is None:
+                return
+            yield entry
 
 
 def kafka_seconds(message: Any) -> float | None:

@@ -97,10 +97,7 @@ class Feed:
         processed = 0
         now = self.wall_clock()
         placement = self.placement
-        while True:
-            entry = ps.aligner.pop(caught_up, behind)
-            if entry is None:
-                break
+        for entry in ps.aligner.take(caught_up, behind):
             record, topic = entry.record, self.counted_as.get(entry.topic, entry.topic)
             if isinstance(record, Rejection):
                 self._dead_letter(partition, entry, record)

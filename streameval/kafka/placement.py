@@ -5,11 +5,42 @@ impression and events may not meet (README, `streameval run`: misrouted records)
 
 from __future__ import annotations
 
-from kafka.partitioner.default import murmur2
+import struct
 
 #: query ids whose partition is remembered (events mostly follow their impression) before the
 #: memory is cleared
 CACHE_SIZE = 100_000
+
+_M = 0x5BD1E995
+_MASK = 0xFFFFFFFF
+#: little-endian 32-bit words of a key, by how many there are (longer keys make their own)
+_WORDS = [struct.Struct(f"<{n}I") for n in range(64)]
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (``Utils.murmur2`` of the Java client, seed 0x9747b28c), equal to
+    kafka-python's ``kafka.partitioner.default.murmur2`` for every key (``tests/test_loop.py``)
+    and about twice as fast: the key's 4-byte words are read in one ``struct`` call instead of
+    byte by byte."""
+    length = len(data)
+    h = 0x9747B28C ^ length
+    n = length >> 2
+    words = _WORDS[n].unpack_from(data) if n < len(_WORDS) else struct.unpack_from(f"<{n}I", data)
+    for k in words:
+        k = (k * _M) & _MASK
+        k ^= k >> 24
+        h = ((h * _M) & _MASK) ^ ((k * _M) & _MASK)
+    rest = length & 3
+    if rest:
+        tail = data[length - rest :]
+        if rest == 3:
+            h ^= tail[2] << 16
+        if rest >= 2:
+            h ^= tail[1] << 8
+        h = ((h ^ tail[0]) * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    return h ^ (h >> 15)
 
 
 class Placement:
