@@ -426,6 +426,16 @@ def render(results: dict[str, Any]) -> str:
                 verdict(two["ratio"] >= 0.45),
             )
         )
+        if "ratio_confluent" in two:
+            rows.append(
+                (
+                    f'2k. the same `run` with `kafka_client = "confluent-kafka"` / the bare kafka-python '
+                    f"consumer ({two['run_confluent_s']:.1f} s vs {two['bare_consumer_s']:.1f} s)",
+                    f"{two['ratio_confluent']:.2f}",
+                    ">= 1.0",
+                    verdict(two["ratio_confluent"] >= 1.0),
+                )
+            )
         if "confluent_floor_ratio" in two:
             rows.append(
                 (

@@ -246,6 +246,7 @@ def figure_2(bootstrap: str, duration_s: int, port: int, log, say, compiled: Pat
 
         # row 2c and figure 7 when their libraries are installed (the bench extras)
         librdkafka: list[float] = []
+        on_librdkafka: list[float] = []
         quix: list[float] = []
         quix_out: list[str] = []
         for attempt in range(2):
@@ -259,6 +260,8 @@ def figure_2(bootstrap: str, duration_s: int, port: int, log, say, compiled: Pat
             if have("confluent_kafka"):
                 librdkafka.append(bare_consumer(topics, n, log, "confluent-kafka"))
                 line += f", bare confluent-kafka consumer {librdkafka[-1]:.2f} s"
+                daemon_run(on_librdkafka, flags=("--kafka-client", "confluent-kafka"))
+                line += f", streameval run on confluent-kafka {on_librdkafka[-1]:.2f} s"
             if have("quixstreams"):
                 elapsed, printed = quix_job(topics, n, log)
                 quix.append(elapsed)
@@ -297,6 +300,8 @@ def figure_2(bootstrap: str, duration_s: int, port: int, log, say, compiled: Pat
         if librdkafka:
             result["bare_confluent_s"] = min(librdkafka)
             result["confluent_floor_ratio"] = min(floor) / min(librdkafka)
+            result["run_confluent_s"] = min(on_librdkafka)
+            result["ratio_confluent"] = min(floor) / min(on_librdkafka)
         if quix:
             result["peer"] = {
                 "records": n,

@@ -241,6 +241,16 @@ class Settings:
     shutdown_timeout: float = _key(
         20.0, _duration(KAFKA, "longest shutdown after SIGTERM/SIGINT, final checkpoint included")
     )
+    kafka_client: str = _key(
+        "kafka-python",
+        Key(
+            KAFKA,
+            "the client library of streameval run's consumer and checkpoint producer: kafka-python, or "
+            "confluent-kafka (librdkafka, faster; pip install 'streameval[confluent]'; needs a broker "
+            "with KIP-848, Kafka 4.0+; README, Guarantees)",
+            validate.choice("kafka-python", "confluent-kafka"),
+        ),
+    )
     changelog_replication_factor: int = _key(
         1,
         Key(
@@ -337,7 +347,8 @@ def load_settings(
             raw[key] = value
             sources[key] = f"{config_path}: key {key!r}"
     for name, text in sorted((env or {}).items()):
-        if name.startswith(KAFKA_ENV_PREFIX):
+        # STREAMEVAL_KAFKA_CLIENT is the key kafka_client, not a [kafka] setting "client"
+        if name.startswith(KAFKA_ENV_PREFIX) and name[len(ENV_PREFIX) :].lower() not in KEYS:
             kafka_key = name[len(KAFKA_ENV_PREFIX) :].lower()
             kafka[kafka_key] = keys.parse_kafka_text(kafka_key, text)
             raw["kafka"] = kafka

@@ -21,9 +21,9 @@ from streameval.errors import InputError
 from streameval.exporter import registry
 from streameval.history import History
 from streameval.http import Health, make_app, serve
-from streameval.kafka.changelog import Restorer
-from streameval.kafka.checkpoint import Transactions
-from streameval.kafka.clients import make_consumer, make_producer, transactional_id
+from streameval.kafka.backends import Backend, backend_for
+from streameval.kafka.client import CheckpointProducer
+from streameval.kafka.clients import transactional_id
 from streameval.kafka.loop import ConsumerLoop
 from streameval.kafka.topics import Topics
 from streameval.signals import stop_on_signals
@@ -89,13 +89,14 @@ def run(settings: Settings) -> int:
 
 def _connect(settings: Settings) -> ConsumerLoop:
     """Clients, topic checks, the dead-letter and changelog topics; raises with a clear message."""
-    consumer = make_consumer(settings)
-    transactions: Transactions | None = None
+    backend: Backend = backend_for(settings)
+    consumer = backend.consumer(settings)
+    transactions: CheckpointProducer | None = None
     topics = Topics(settings)
     try:
         start = topics.prepare(consumer)
         txn_id = transactional_id(settings)
-        transactions = Transactions(lambda: make_producer(settings, txn_id, start.transaction_timeout_ms))
+        transactions = backend.transactions(settings, txn_id, start.transaction_timeout_ms)
         try:
             transactions.connect()
         except KafkaError as exc:
@@ -103,7 +104,7 @@ def _connect(settings: Settings) -> ConsumerLoop:
                 f"cannot start the checkpoint transactions (transactional id {txn_id}): "
                 f"{type(exc).__name__}: {exc}; the broker must allow transactions for this client"
             ) from None
-        restorer = Restorer(settings)
+        restorer = backend.changelog_reader(settings)
     except BaseException:
         if transactions is not None:
             transactions.close(timeout=1)

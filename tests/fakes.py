@@ -1,4 +1,5 @@
-"""Fakes of the Kafka clients the consumer loop uses, for unit tests of its decisions.
+"""Fakes of the Kafka clients the consumer loop uses (the protocols of streameval/kafka/client.py),
+for unit tests of its decisions.
 
 They keep what a broker would: a log per input partition, committed offsets, a changelog per
 partition that only committed transactions reach. No network; a rebalance happens when a test
@@ -123,6 +124,15 @@ class FakeConsumer:
                 out[tp] = batch
                 self.positions[tp] = at + len(batch)
         return out
+
+    def poll_round(self, timeout_ms: int, broker_silent: bool) -> dict[TopicPartition, list[Message]]:
+        return self.poll(timeout_ms)
+
+    def rejoining(self) -> bool:
+        return False
+
+    def known_position(self, tp: TopicPartition) -> int | None:
+        return None
 
     # what the tests call
     def rebalance(self, assignment: set[TopicPartition]) -> None:

@@ -139,3 +139,47 @@ def test_repartition_names_events_topics_and_gives_their_repartition_topics() ->
         load_settings(None, {}, {"repartition": ["views"]})
     with pytest.raises(ConfigError, match="repartition_retention"):
         load_settings(None, {}, {"repartition_retention": "soon"})
+
+
+def test_kafka_client_chooses_the_backend_and_its_env_is_the_key_not_a_kafka_setting() -> None:
+    from streameval.kafka.backends import CONFLUENT_KAFKA, KAFKA_PYTHON, backend_for
+
+    assert backend_for(load_settings(None, {}, {})) is KAFKA_PYTHON
+    s = load_settings(None, {"STREAMEVAL_KAFKA_CLIENT": "confluent-kafka"}, {})
+    assert s.kafka_client == "confluent-kafka" and "client" not in s.kafka
+    assert backend_for(s) is CONFLUENT_KAFKA
+    with pytest.raises(ConfigError, match="kafka_client"):
+        load_settings(None, {}, {"kafka_client": "librdkafka"})
+    with pytest.raises(ConfigError, match="^repartition: not supported yet"):
+        backend_for(load_settings(None, {}, {"kafka_client": "confluent-kafka", "repartition": ["clicks"]}))
+
+
+def test_the_kafka_table_in_librdkafkas_names() -> None:
+    from streameval.kafka.librdkafka import librdkafka_config
+
+    s = load_settings(
+        None,
+        {},
+        {
+            "kafka": {
+                "security_protocol": "SASL_SSL",
+                "sasl_mechanism": "PLAIN",
+                "sasl_plain_username": "u",
+                "sasl_plain_password": "p",
+                "ssl_cafile": "/ca.pem",
+                "ssl_check_hostname": False,
+                "max_poll_records": 500,
+                "linger_ms": 5,
+                "socket_keepalive_enable": True,
+            }
+        },
+    )
+    assert librdkafka_config(s, {"linger_ms"}) == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": "u",
+        "sasl.password": "p",
+        "ssl.ca.location": "/ca.pem",
+        "ssl.endpoint.identification.algorithm": "none",
+        "socket.keepalive.enable": True,  # any other key: its dots for underscores
+    }

@@ -25,6 +25,7 @@ from kafka.errors import KafkaError, KafkaTimeoutError, MessageSizeTooLargeError
 
 from streameval import state
 from streameval.kafka import detection
+from streameval.kafka.client import CheckpointProducer
 from streameval.kafka.partitions import PartitionState
 
 log = logging.getLogger(__name__)
@@ -248,7 +249,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def commit_checkpoint(
-    transactions: Transactions,
+    transactions: CheckpointProducer,
     changelog_topic: str,
     partitions: dict[int, PartitionState],
     group_metadata: Any,

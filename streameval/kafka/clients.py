@@ -10,7 +10,7 @@ import logging
 import uuid
 from typing import Any
 
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import KafkaAdminClient, KafkaProducer
 from kafka.errors import (
     AuthorizationError,
     KafkaConfigurationError,
@@ -21,6 +21,7 @@ from kafka.errors import (
 from streameval.config import Settings
 from streameval.errors import ConfigError, InputError
 from streameval.kafka.assignor import CooperativeCopartitioned
+from streameval.kafka.client import GroupConsumer
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ def _connect(kind: str, factory: Any, settings: Settings, **config: Any) -> Any:
         raise InputError(f"cannot create the Kafka {kind}: {exc}") from None
 
 
-def make_consumer(settings: Settings) -> KafkaConsumer:
+def make_consumer(settings: Settings) -> GroupConsumer:
     assignor = CooperativeCopartitioned(settings.repartition)
     config = {
         **_common(settings),
@@ -102,7 +103,7 @@ def make_consumer(settings: Settings) -> KafkaConsumer:
         "isolation_level": "read_committed",
         **_table(settings, _PRODUCER_ONLY),
     }
-    consumer = _connect("consumer", KafkaConsumer, settings, **config)
+    consumer: GroupConsumer = _connect("consumer", GroupConsumer, settings, **config)
     assignor.owned = consumer.assignment
     return consumer
 

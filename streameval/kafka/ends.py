@@ -7,9 +7,10 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from kafka.errors import KafkaError
 
+from streameval.kafka.client import Consumer
 from streameval.kafka.partitions import PartitionState
 
 log = logging.getLogger(__name__)
@@ -19,7 +20,7 @@ END_OFFSETS_MAX_BACKOFF_S = 8.0  # ... at most, while the broker does not answer
 
 
 class EndOffsets:
-    def __init__(self, consumer: KafkaConsumer, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, consumer: Consumer, clock: Callable[[], float] = time.monotonic) -> None:
         self.consumer = consumer
         self.clock = clock
         self.listed: dict[TopicPartition, int] = {}

@@ -14,7 +14,7 @@ from kafka.errors import KafkaError
 
 from streameval.config import Settings
 from streameval.kafka.align import Entry, kafka_seconds
-from streameval.kafka.checkpoint import Transactions
+from streameval.kafka.client import CheckpointProducer
 from streameval.kafka.deadletter import dead_letter_record
 from streameval.kafka.ends import EndOffsets
 from streameval.kafka.partitions import PartitionState
@@ -35,7 +35,7 @@ class Feed:
     def __init__(
         self,
         settings: Settings,
-        transactions: Transactions,
+        transactions: CheckpointProducer,
         ends: EndOffsets,
         stage: Stage | None,
         partition_count: int | None,

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 
+from streameval.kafka.client import Consumer
 from streameval.kafka.partitions import PartitionState
 
 PAUSE_ABOVE = 5_000  # buffered records of one topic-partition before it is paused
@@ -14,7 +15,7 @@ RESUME_BELOW = 1_000
 
 
 class FlowControl:
-    def __init__(self, consumer: KafkaConsumer) -> None:
+    def __init__(self, consumer: Consumer) -> None:
         self.consumer = consumer
         self.paused: set[TopicPartition] = set()
 

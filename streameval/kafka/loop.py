@@ -4,8 +4,9 @@ One instance's share of the consumer group, by partition number: each owned part
 :class:`~streameval.kafka.partitions.PartitionState` that goes through named phases (awaiting
 offsets, restoring, active, giving up; that module says what each means). The parts beside it:
 :class:`~streameval.kafka.ends.EndOffsets` (how far each input goes, and the lag),
-:class:`~streameval.kafka.flow.FlowControl` (pausing inputs), :mod:`~streameval.kafka.compat`
-(kafka-python's workarounds), :class:`~streameval.kafka.loglines.LoopLog`.
+:class:`~streameval.kafka.flow.FlowControl` (pausing inputs),
+:class:`~streameval.kafka.loglines.LoopLog`. The loop's clients are those of the interface in
+:mod:`~streameval.kafka.client` (kafka-python's, with its workarounds, behind it).
 
 The group's side has a named state too: :class:`Membership` (joining, member, closing), and
 :class:`Rebalanced`, what the last poll's rebalance left to do (nothing, follow the new
@@ -29,17 +30,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kafka import KafkaConsumer, TopicPartition
-from kafka.errors import InconsistentGroupProtocolError
+from kafka import TopicPartition
 
 from streameval import collector
 from streameval.config import Settings
 from streameval.errors import InputError
-from streameval.kafka import compat
 from streameval.kafka.align import Aligner
 from streameval.kafka.assignor import NAME
-from streameval.kafka.changelog import Restorer
-from streameval.kafka.checkpoint import CheckpointFailed, Transactions, commit_checkpoint
+from streameval.kafka.checkpoint import CheckpointFailed, commit_checkpoint
+from streameval.kafka.client import ChangelogReader, CheckpointProducer, Consumer, GroupProtocolMismatch
 from streameval.kafka.detection import MinutesReader
 from streameval.kafka.ends import EndOffsets
 from streameval.kafka.feed import DEAD_LETTER_LIMIT, Feed
@@ -72,9 +71,9 @@ class ConsumerLoop:
     def __init__(
         self,
         settings: Settings,
-        consumer: KafkaConsumer,
-        transactions: Transactions,
-        restorer: Restorer,
+        consumer: Consumer,
+        transactions: CheckpointProducer,
+        restorer: ChangelogReader,
         wall_clock: Callable[[], float] = time.time,
         dead_letter_limit: int = DEAD_LETTER_LIMIT,
         partition_count: int | None = None,
@@ -131,7 +130,7 @@ class ConsumerLoop:
             partition_count,
             wall_clock,
             dead_letter_limit,
-            lambda tp: compat.known_position(consumer, tp),
+            consumer.known_position,
             self.sources,
         )
         # A repartition topic's records arrive with the stage's commits, one interval late; and a
@@ -280,9 +279,7 @@ class ConsumerLoop:
             self.recovery.step(self.partitions)
         if self.stage is not None:
             self.stage.step()
-        compat.release_parked_fetches(self.consumer)
         batches = self._poll()
-        compat.keep_join_awaited(self.consumer)
         failed, self._give_up_failed = self._give_up_failed, None
         if failed is not None:
             raise failed  # the one failure path: a rewind (run_once)
@@ -296,7 +293,7 @@ class ConsumerLoop:
         processed = self.feed.feed(batches, self.partitions)
         self.minutes.step(self.partitions)
         self.flow.balance(self.partitions, self.topics)
-        if time.monotonic() >= self._next_checkpoint and not compat.rejoining(self.consumer):
+        if time.monotonic() >= self._next_checkpoint and not self.consumer.rejoining():
             # while the group rebalances a checkpoint would likely be refused (its generation is
             # about to end) and cost a rewind: the periodic one waits until it is over
             self.checkpoint()
@@ -305,8 +302,8 @@ class ConsumerLoop:
 
     def _poll(self) -> dict[TopicPartition, list[Any]]:
         try:
-            return compat.poll(self.consumer, POLL_TIMEOUT_MS, broker_silent=self.ends.broker_silent)
-        except InconsistentGroupProtocolError:
+            return self.consumer.poll_round(POLL_TIMEOUT_MS, broker_silent=self.ends.broker_silent)
+        except GroupProtocolMismatch:
             raise InputError(
                 f"consumer group {self.settings.group_id} has members that assign partitions another "
                 f"way (the {NAME} assignor is not among theirs): an older streameval, or another "
@@ -377,7 +374,7 @@ class ConsumerLoop:
         ok = True
         self.transactions.timeout = max(1.0, self.settings.shutdown_timeout * 0.6)
         try:
-            if self.rebalanced is Rebalanced.LOST or compat.rejoining(self.consumer):
+            if self.rebalanced is Rebalanced.LOST or self.consumer.rejoining():
                 # lost, or the generation is about to end: it would be refused; the next owner
                 # resumes from the last checkpoint
                 log.info("final checkpoint skipped: the group is rebalancing")

@@ -7,13 +7,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from kafka.errors import KafkaError
 
 from streameval import state
 from streameval.config import Settings
 from streameval.groups import GroupCap
-from streameval.kafka.changelog import Restorer
+from streameval.kafka.client import ChangelogReader, Consumer
 from streameval.kafka.detection import combiner_for
 from streameval.kafka.flow import FlowControl
 from streameval.kafka.partitions import PartitionState, Phase
@@ -26,8 +26,8 @@ class Recovery:
     def __init__(
         self,
         settings: Settings,
-        consumer: KafkaConsumer,
-        restorer: Restorer,
+        consumer: Consumer,
+        restorer: ChangelogReader,
         flow: FlowControl,
         ops: Operations,
         wall_clock: Callable[[], float],
@@ -94,7 +94,7 @@ class Recovery:
             ps.offsets_known({tp.topic: offset for tp, offset in offsets.items()})
 
 
-def reset_offset(consumer: KafkaConsumer, settings: Settings, tp: TopicPartition) -> int | None:
+def reset_offset(consumer: Consumer, settings: Settings, tp: TopicPartition) -> int | None:
     """Where a partition with no committed offset starts (``auto_offset_reset``), as a
     number; None (and the client's own reset) when the broker cannot say now."""
     earliest = settings.kafka.get("auto_offset_reset", "earliest") == "earliest"

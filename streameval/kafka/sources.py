@@ -21,9 +21,10 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from kafka.errors import KafkaError
 
+from streameval.kafka.client import Consumer
 from streameval.kafka.ends import END_OFFSETS_INTERVAL_S, END_OFFSETS_MAX_BACKOFF_S
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ class Sources:
     def __init__(
         self,
         topics: Iterable[str],
-        consumer: KafkaConsumer,
+        consumer: Consumer,
         committed: Committed,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

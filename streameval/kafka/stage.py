@@ -27,15 +27,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from kafka.errors import KafkaError
 
 from streameval.config import Settings
 from streameval.decoding import Decoder
-from streameval.kafka import compat
 from streameval.kafka.align import Aligner, Entry, kafka_seconds
-from streameval.kafka.changelog import Restorer
-from streameval.kafka.checkpoint import Transactions
+from streameval.kafka.client import ChangelogReader, CheckpointProducer, Consumer
 from streameval.kafka.ends import EndOffsets
 from streameval.kafka.flow import PAUSE_ABOVE, RESUME_BELOW, FlowControl
 from streameval.kafka.placement import Placement
@@ -65,9 +63,9 @@ class Stage:
     def __init__(
         self,
         settings: Settings,
-        consumer: KafkaConsumer,
-        transactions: Transactions,
-        restorer: Restorer,
+        consumer: Consumer,
+        transactions: CheckpointProducer,
+        restorer: ChangelogReader,
         partitions: int,
         wall_clock: Callable[[], float],
         ends: EndOffsets,
@@ -170,7 +168,7 @@ class Stage:
         tp = TopicPartition(topic, int(partition))
         stage_input = self.inputs.get(tp)
         fetched = stage_input.fetched if stage_input is not None else None
-        return self.ends.behind(tp, fetched, compat.known_position(self.consumer, tp))
+        return self.ends.behind(tp, fetched, self.consumer.known_position(tp))
 
     def drain(self) -> int:
         """Write what the merge lets go, in event-time order; returns how many."""
@@ -209,7 +207,7 @@ class Stage:
                 continue
             if self.aligner.buffered(_key(tp)):
                 continue
-            position = compat.known_position(self.consumer, tp)
+            position = self.consumer.known_position(tp)
             if position is not None and stage_input.next is not None and position > stage_input.next:
                 stage_input.next = stage_input.fetched = position
 

@@ -14,12 +14,13 @@ import math
 import time
 from typing import NamedTuple
 
-from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka import KafkaAdminClient, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from streameval.config import Settings
 from streameval.errors import InputError, StreamevalError
+from streameval.kafka.client import Consumer
 from streameval.kafka.clients import (
     BROKER_MAX_TRANSACTION_TIMEOUT_MS,
     failure,
@@ -56,7 +57,7 @@ class Topics:
         self.settings = settings
         self._lost_state_checked = -math.inf
 
-    def prepare(self, consumer: KafkaConsumer) -> StartUp:
+    def prepare(self, consumer: Consumer) -> StartUp:
         """The start-up checks, in order: the inputs, the dead-letter topic, the transaction
         timeout, the changelog. Raises InputError or ConfigError saying what to do."""
         settings = self.settings
@@ -112,7 +113,7 @@ class Topics:
             raise InputError(lost_state_message(self.settings))
 
 
-def check_topics(settings: Settings, consumer: KafkaConsumer) -> int:
+def check_topics(settings: Settings, consumer: Consumer) -> int:
     """The input topics must exist, and those the join reads directly be co-partitioned (the
     repartitioned ones may have any partition count); returns their partition count."""
     counts: dict[str, int] = {}
@@ -139,7 +140,7 @@ def check_topics(settings: Settings, consumer: KafkaConsumer) -> int:
 
 
 def ensure_repartition_topics(
-    admin: KafkaAdminClient, consumer: KafkaConsumer, settings: Settings, partitions: int
+    admin: KafkaAdminClient, consumer: Consumer, settings: Settings, partitions: int
 ) -> None:
     """Create each missing repartition topic (one partition per impressions partition,
     ``repartition_retention``); refuse one with another partition count."""
@@ -159,7 +160,7 @@ def ensure_repartition_topics(
             )
 
 
-def ensure_minutes_topic(admin: KafkaAdminClient, consumer: KafkaConsumer, settings: Settings) -> bool:
+def ensure_minutes_topic(admin: KafkaAdminClient, consumer: Consumer, settings: Settings) -> bool:
     """Create the minutes topic (one partition, ``repartition_retention``) if it is missing;
     False, with a warning, when it cannot be: the regression detectors are then off, the rest
     runs (they are an addition to the metrics, not a part of them)."""
@@ -227,7 +228,7 @@ def broker_max_transaction_timeout_ms(admin: KafkaAdminClient) -> int:
 
 
 def ensure_changelog(
-    admin: KafkaAdminClient, consumer: KafkaConsumer, settings: Settings, partitions: int
+    admin: KafkaAdminClient, consumer: Consumer, settings: Settings, partitions: int
 ) -> None:
     """Create the changelog topic if it is missing; refuse one with another partition count."""
     topic = settings.changelog_topic
@@ -245,7 +246,7 @@ def ensure_changelog(
 
 def _create(
     admin: KafkaAdminClient,
-    consumer: KafkaConsumer,
+    consumer: Consumer,
     settings: Settings,
     kind: str,
     topic: str,
@@ -299,7 +300,7 @@ def _refuse_lost_state(admin: KafkaAdminClient, settings: Settings) -> None:
 
 
 def check_layout(
-    settings: Settings, consumer: KafkaConsumer, expected: int | None, assignment: set[TopicPartition]
+    settings: Settings, consumer: Consumer, expected: int | None, assignment: set[TopicPartition]
 ) -> None:
     """The input topics as the cluster has them now must be the layout the state was built
     for: every topic there, each with the partition count of the changelog (``expected``), and

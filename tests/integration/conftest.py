@@ -64,6 +64,8 @@ class Topics:
         self.dlq = f"{self.prefix}.dlq"
         self.group = f"{self.prefix}.group"
         self.partitions = 0  # of the impressions topic, once created
+        #: the daemons' kafka_client (the ``kafka_client`` fixture of a module running both)
+        self.kafka_client = "kafka-python"
 
     def create(self, partitions: int = 3, **counts: int) -> None:
         self.partitions = counts.get("impressions", partitions)
@@ -92,6 +94,7 @@ class Topics:
             "dead_letter_topic": self.dlq,
             "metrics_port": free_port(),
             "metrics_host": "127.0.0.1",
+            "kafka_client": self.kafka_client,
             **extra,
         }
         path.write_text("".join(f"{k} = {orjson.dumps(v).decode()}\n" for k, v in values.items()))
@@ -239,3 +242,14 @@ def daemons() -> Iterator[list[Daemon]]:
         if daemon.proc.poll() is None:
             daemon.proc.kill()
             daemon.proc.wait()
+
+
+#: the client libraries the daemon can run on (README, Configuration: kafka_client)
+KAFKA_CLIENTS = ["kafka-python", "confluent-kafka"]
+
+
+def with_both_clients(request: pytest.FixtureRequest, topics: Topics) -> str:
+    """For an autouse fixture parametrized over KAFKA_CLIENTS: the daemons of the test run on
+    that client library."""
+    topics.kafka_client = request.param
+    return request.param

@@ -12,7 +12,7 @@ import orjson
 import pytest
 from kafka import KafkaProducer
 
-from tests.integration.conftest import Daemon, Topics, key_of, value
+from tests.integration.conftest import KAFKA_CLIENTS, Daemon, Topics, key_of, value, with_both_clients
 from tests.integration.test_daemon import (
     DAEMON_CONFIG,
     T0,
@@ -26,6 +26,12 @@ from tests.integration.test_daemon import (
 from tests.logs import random_log
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True, params=KAFKA_CLIENTS)
+def kafka_client(request: pytest.FixtureRequest, topics: Topics) -> str:
+    """Every recovery test with each client library (README, Configuration: kafka_client)."""
+    return with_both_clients(request, topics)
 
 
 def live_log(seed: int, n_queries: int = 600):

@@ -1,0 +1,68 @@
+"""Backends: the Kafka client libraries that can make the daemon's clients (the interface of
+:mod:`~streameval.kafka.client`), chosen by ``kafka_client``: kafka-python (the default) or
+confluent-kafka (:mod:`~streameval.kafka.librdkafka`: its consumer and checkpoint producer; the
+changelog reader stays kafka-python's)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from streameval.config import Settings
+from streameval.errors import ConfigError
+from streameval.kafka.changelog import Restorer
+from streameval.kafka.checkpoint import Transactions
+from streameval.kafka.client import ChangelogReader, CheckpointProducer, Consumer
+from streameval.kafka.clients import make_consumer, make_producer
+
+
+@dataclass(frozen=True)
+class Backend:
+    """How one Kafka client library makes the daemon's three clients."""
+
+    name: str
+
+    def consumer(self, settings: Settings) -> Consumer:
+        """The group member reading the inputs."""
+        return make_consumer(settings)
+
+    def transactions(self, settings: Settings, txn_id: str, timeout_ms: int) -> CheckpointProducer:
+        """The checkpoints' transactional producer, not connected yet (``connect()``)."""
+        return Transactions(lambda: make_producer(settings, txn_id, timeout_ms))
+
+    def changelog_reader(self, settings: Settings) -> ChangelogReader:
+        """The reader of the changelog and of the group's committed offsets."""
+        return Restorer(settings)
+
+
+class Librdkafka(Backend):
+    """confluent-kafka's consumer and transactional producer (librdkafka)."""
+
+    def consumer(self, settings: Settings) -> Consumer:
+        from streameval.kafka.librdkafka import LibrdkafkaConsumer
+
+        return LibrdkafkaConsumer(settings)
+
+    def transactions(self, settings: Settings, txn_id: str, timeout_ms: int) -> CheckpointProducer:
+        from streameval.kafka.librdkafka import LibrdkafkaTransactions
+
+        return LibrdkafkaTransactions(settings, txn_id, timeout_ms)
+
+
+KAFKA_PYTHON = Backend("kafka-python")
+CONFLUENT_KAFKA = Librdkafka("confluent-kafka")
+
+
+def backend_for(settings: Settings) -> Backend:
+    """The backend ``kafka_client`` names; a ConfigError naming the key when it cannot run."""
+    if settings.kafka_client == KAFKA_PYTHON.name:
+        return KAFKA_PYTHON
+    from streameval.kafka import librdkafka
+
+    librdkafka.check_available()
+    if settings.repartition:
+        raise ConfigError(
+            'repartition: not supported yet with kafka_client = "confluent-kafka" (the repartition '
+            "stage runs on kafka-python's client only); leave kafka_client out, or re-key the events "
+            "topics upstream"
+        )
+    return CONFLUENT_KAFKA

@@ -1,0 +1,498 @@
+"""The confluent-kafka backend (``kafka_client = "confluent-kafka"``): the loop's group consumer
+and checkpoint producer on librdkafka, which reads and writes records in C.
+
+Only the two clients on the path of every record are librdkafka's; the changelog reader, the
+admin requests at start-up and the detectors' minutes reader stay kafka-python's (they run at
+start, on a restore and once a minute). The consumer joins the group with the consumer
+protocol of KIP-848 (``group.protocol = consumer``) and the broker's ``range`` assignor: the
+broker gives partition p of every co-partitioned input to one member, revocations are
+incremental, and a member acknowledges a revocation only once its listener has returned -- after
+the checkpoint of what it gives up, as kafka-python's cooperative protocol does. It needs a broker
+with KIP-848 (Apache Kafka 4.0 or later).
+
+Errors of librdkafka are raised as ``kafka.errors.KafkaError``, as the interface says
+(:mod:`~streameval.kafka.client`); its records are handed on as :class:`Record`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from kafka import OffsetAndMetadata, TopicPartition
+from kafka.errors import KafkaError, KafkaTimeoutError
+
+from streameval.config import Settings
+from streameval.errors import ConfigError, InputError
+from streameval.kafka.checkpoint import CheckpointFailed
+
+try:  # the optional extra: streameval[confluent]
+    import confluent_kafka as ck
+except ImportError:  # pragma: no cover - checked by available()
+    ck = None
+
+log = logging.getLogger(__name__)
+
+CLIENT_ID = "streameval"
+#: how long start-up waits for the brokers' first answer
+BOOTSTRAP_TIMEOUT_S = 10.0
+#: records one poll hands the loop at most (kafka-python's max_poll_records of the loop)
+POLL_RECORDS = 2_000
+#: [kafka] keys (kafka-python's names) whose librdkafka name is not the key with dots
+_RENAMED = {
+    "sasl_plain_username": "sasl.username",
+    "sasl_plain_password": "sasl.password",
+    "ssl_cafile": "ssl.ca.location",
+    "ssl_certfile": "ssl.certificate.location",
+    "ssl_keyfile": "ssl.key.location",
+    "ssl_password": "ssl.key.password",
+    "ssl_keyfile_password": "ssl.key.password",
+    "fetch_max_wait_ms": "fetch.wait.max.ms",
+    "max_request_size": "message.max.bytes",
+    "request_timeout_ms": "socket.timeout.ms",
+}
+#: [kafka] keys of kafka-python that librdkafka has no use for (dropped)
+_KAFKA_PYTHON_ONLY = {"max_poll_records", "enable_incremental_fetch_sessions", "api_version", "max_block_ms"}
+#: consumer settings of the group protocol that the consumer protocol (KIP-848) leaves to the
+#: broker; and static membership: under KIP-848 a restarted member with the instance id of one
+#: killed is refused (UNRELEASED_INSTANCE_ID, fatal in librdkafka) until the broker's session
+#: timeout expires the old one -- it then waits as long without it, so the id only names the
+#: transactional id
+_BROKER_SIDE = {"session_timeout_ms", "heartbeat_interval_ms", "group_instance_id"}
+_CONSUMER_ONLY = {
+    "fetch_max_wait_ms",
+    "fetch_min_bytes",
+    "fetch_max_bytes",
+    "max_partition_fetch_bytes",
+    "max_poll_interval_ms",
+    "group_instance_id",
+    "isolation_level",
+    "auto_offset_reset",
+    "check_crcs",
+}
+_PRODUCER_ONLY = {
+    "acks",
+    "compression_type",
+    "linger_ms",
+    "batch_size",
+    "max_request_size",
+    "enable_idempotence",
+    "delivery_timeout_ms",
+    "retries",
+    "transaction_timeout_ms",
+}
+
+
+def available() -> bool:
+    return ck is not None
+
+
+def librdkafka_config(settings: Settings, exclude: set[str]) -> dict[str, Any]:
+    """The ``[kafka]`` table (kafka-python's names) in librdkafka's: ``sasl_plain_username`` ->
+    ``sasl.username`` and the others of ``_RENAMED``, kafka-python's own settings dropped, any
+    other key with dots for underscores (``security_protocol`` -> ``security.protocol``), so a
+    librdkafka setting can be given as well (``socket_keepalive_enable``)."""
+    out: dict[str, Any] = {}
+    for key, value in settings.kafka.items():
+        if key in exclude or key in _KAFKA_PYTHON_ONLY:
+            continue
+        if key == "ssl_check_hostname":
+            out["ssl.endpoint.identification.algorithm"] = "https" if value else "none"
+            continue
+        name = _RENAMED.get(key, key.replace("_", "."))
+        out[name] = value
+    return out
+
+
+def _common(settings: Settings) -> dict[str, Any]:
+    return {"bootstrap.servers": settings.bootstrap_servers, "client.id": CLIENT_ID}
+
+
+def _ck_error(exc: BaseException) -> KafkaError:
+    """librdkafka's error as the interface's KafkaError."""
+    error = exc.args[0] if exc.args and hasattr(exc.args[0], "str") else None
+    text = error.str() if error is not None else str(exc)
+    if error is not None and error.code() == ck.KafkaError._TIMED_OUT:
+        return KafkaTimeoutError(text)
+    return KafkaError(text)
+
+
+def _ck_tp(tp: TopicPartition, offset: int | None = None) -> Any:
+    return (
+        ck.TopicPartition(tp.topic, tp.partition)
+        if offset is None
+        else ck.TopicPartition(tp.topic, tp.partition, offset)
+    )
+
+
+def _tps(partitions: Iterable[Any]) -> set[TopicPartition]:
+    return {TopicPartition(p.topic, p.partition) for p in partitions}
+
+
+class Record:
+    """A consumed record with the attributes of the interface (kafka-python's names)."""
+
+    __slots__ = ("topic", "partition", "offset", "key", "value", "timestamp", "headers")
+
+    def __init__(self, message: Any) -> None:
+        self.topic = message.topic()
+        self.partition = message.partition()
+        self.offset = message.offset()
+        self.key = message.key()
+        self.value = message.value()
+        kind, timestamp = message.timestamp()
+        self.timestamp = timestamp if kind != ck.TIMESTAMP_NOT_AVAILABLE else -1
+        self.headers = message.headers() or []
+
+
+def _connect(kind: str, factory: Any, config: dict[str, Any]) -> Any:
+    try:
+        return factory(config)
+    except ck.KafkaException as exc:
+        raise ConfigError(
+            f"kafka: a setting in the [kafka] table is not accepted by the {kind}: {exc}"
+        ) from None
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(
+            f"kafka: a setting in the [kafka] table is not accepted by the {kind}: {exc}"
+        ) from None
+
+
+class LibrdkafkaConsumer:
+    """The loop's group consumer (:class:`~streameval.kafka.client.Consumer`) on librdkafka."""
+
+    def __init__(self, settings: Settings) -> None:
+        table = settings.kafka
+        ignored = sorted(k for k in table if k in _BROKER_SIDE)
+        if ignored:
+            log.info(
+                "kafka: %s not used by the consumer with kafka_client = confluent-kafka (KIP-848)", ignored
+            )
+        config = {
+            **_common(settings),
+            "group.id": settings.group_id,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "group.protocol": "consumer",
+            # partition p of every co-partitioned input on one member (README, Guarantees)
+            "group.remote.assignor": "range",
+            "max.poll.interval.ms": 30_000,
+            "topic.metadata.refresh.interval.ms": 30_000,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": False,
+            **librdkafka_config(settings, _PRODUCER_ONLY | _BROKER_SIDE),
+        }
+        self.consumer = _connect("consumer", ck.Consumer, config)
+        try:  # librdkafka connects lazily: reach the brokers now, as kafka-python's client does
+            self.consumer.list_topics(timeout=BOOTSTRAP_TIMEOUT_S)
+        except ck.KafkaException:
+            self.consumer.close()
+            raise InputError(
+                f"bootstrap_servers: cannot reach Kafka at {settings.bootstrap_servers} (consumer); "
+                "check the address and the [kafka] security settings"
+            ) from None
+        self._listener: Any = None
+        self._paused: set[TopicPartition] = set()
+
+    # membership
+    def subscribe(self, topics: list[str], listener: Any) -> None:
+        self._listener = listener
+
+        def assigned(_: Any, partitions: list[Any]) -> None:
+            listener.on_partitions_assigned(_tps(partitions))
+
+        def revoked(_: Any, partitions: list[Any]) -> None:
+            listener.on_partitions_revoked(_tps(partitions))
+
+        def lost(_: Any, partitions: list[Any]) -> None:
+            listener.on_partitions_lost(_tps(partitions))
+
+        self.consumer.subscribe(list(topics), on_assign=assigned, on_revoke=revoked, on_lost=lost)
+
+    def assignment(self) -> set[TopicPartition]:
+        try:
+            return _tps(self.consumer.assignment())
+        except ck.KafkaException as exc:
+            raise _ck_error(exc) from None
+
+    def poll_round(self, timeout_ms: int, broker_silent: bool) -> dict[TopicPartition, list[Any]]:
+        messages = self.consumer.consume(POLL_RECORDS, timeout_ms / 1000)
+        out: dict[TopicPartition, list[Any]] = {}
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.fatal():
+                    raise KafkaError(error.str())
+                log.debug("consume: %s", error.str())
+                continue
+            tp = TopicPartition(message.topic(), message.partition())
+            batch = out.get(tp)
+            if batch is None:
+                batch = out[tp] = []
+            batch.append(Record(message))
+        return out
+
+    def poll(self, timeout_ms: int = 0) -> dict[TopicPartition, list[Any]]:
+        return self.poll_round(timeout_ms, False)
+
+    def rejoining(self) -> bool:
+        return False  # the consumer protocol has no group-wide pause: a checkpoint can commit
+
+    def known_position(self, tp: TopicPartition) -> int | None:
+        try:
+            offset = self.consumer.position([_ck_tp(tp)])[0].offset
+        except ck.KafkaException:
+            return None
+        return offset if offset >= 0 else None
+
+    def group_metadata(self) -> Any:
+        return self.consumer.consumer_group_metadata()
+
+    # positions
+    def pause(self, *tps: TopicPartition) -> None:
+        if tps:
+            self._call(self.consumer.pause, [_ck_tp(tp) for tp in tps])
+            self._paused.update(tps)
+
+    def resume(self, *tps: TopicPartition) -> None:
+        if tps:
+            self._call(self.consumer.resume, [_ck_tp(tp) for tp in tps])
+            self._paused.difference_update(tps)
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._call(self.consumer.seek, _ck_tp(tp, offset))
+
+    def seek_to_beginning(self, *tps: TopicPartition) -> None:
+        for tp in tps:
+            self._call(self.consumer.seek, _ck_tp(tp, ck.OFFSET_BEGINNING))
+
+    def seek_to_end(self, *tps: TopicPartition) -> None:
+        for tp in tps:
+            self._call(self.consumer.seek, _ck_tp(tp, ck.OFFSET_END))
+
+    def position(self, tp: TopicPartition) -> int:
+        position = self.known_position(tp)
+        if position is None:
+            raise KafkaError(f"no position in {tp.topic}[{tp.partition}] yet")
+        return position
+
+    def _watermarks(
+        self, tps: list[TopicPartition], timeout_ms: int, which: int
+    ) -> dict[TopicPartition, int]:
+        deadline = time.monotonic() + timeout_ms / 1000
+        out = {}
+        for tp in tps:
+            remaining = max(0.05, deadline - time.monotonic())
+            marks = self._call(self.consumer.get_watermark_offsets, _ck_tp(tp), remaining, False)
+            out[tp] = marks[which]
+        return out
+
+    def beginning_offsets(self, tps: list[TopicPartition], timeout_ms: int) -> dict[TopicPartition, int]:
+        return self._watermarks(list(tps), timeout_ms, 0)
+
+    def end_offsets(self, tps: list[TopicPartition], timeout_ms: int) -> dict[TopicPartition, int]:
+        """The ends with read_committed: the last stable offsets."""
+        return self._watermarks(list(tps), timeout_ms, 1)
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        try:
+            high = self.consumer.get_watermark_offsets(_ck_tp(tp), cached=True)[1]
+        except ck.KafkaException:
+            return None
+        return high if high >= 0 else None
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        try:
+            metadata = self.consumer.list_topics(topic, timeout=5)
+        except ck.KafkaException as exc:
+            raise _ck_error(exc) from None
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            return None
+        return set(found.partitions)
+
+    def close(self, autocommit: bool = False, timeout_ms: int = 0) -> None:
+        try:
+            self.consumer.close()
+        except (ck.KafkaException, RuntimeError) as exc:
+            log.debug("consumer close: %s", exc)
+
+    def _call(self, method: Any, *args: Any) -> Any:
+        try:
+            return method(*args)
+        except ck.KafkaException as exc:
+            raise _ck_error(exc) from None
+
+
+class LibrdkafkaTransactions:
+    """The checkpoint producer (:class:`~streameval.kafka.client.CheckpointProducer`) on
+    librdkafka's transactional producer, with bounded waits and one failure path."""
+
+    def __init__(self, settings: Settings, txn_id: str, timeout_ms: int, timeout: float = 8.0) -> None:
+        self.config = {
+            **_common(settings),
+            "acks": "all",
+            "linger.ms": 20,
+            "batch.size": 512 * 1024,
+            "enable.idempotence": True,
+            **librdkafka_config(settings, _CONSUMER_ONLY | _BROKER_SIDE),
+            "transaction.timeout.ms": timeout_ms,
+            "transactional.id": txn_id,
+        }
+        self.timeout = timeout
+        self.producer: Any = None
+        self.open = False
+        self.bytes_sent = 0
+        self._failed: list[tuple[str, Any]] = []  # (topic, error) of records the broker refused
+
+    def connect(self) -> None:
+        producer = _connect("producer", ck.Producer, self.config)
+        try:
+            producer.init_transactions(self.timeout)
+        except ck.KafkaException as exc:
+            raise _ck_error(exc) from None
+        self.producer = producer
+        self.open = False
+        self._failed = []
+
+    def _delivered(self, error: Any, message: Any) -> None:
+        if error is not None:
+            self._failed.append((message.topic(), error))
+
+    def _begin(self) -> Any:
+        if self.producer is None:
+            self.connect()
+        if not self.open:
+            self.producer.begin_transaction()
+            self.open = True
+        return self.producer
+
+    def _produce(
+        self, producer: Any, topic: str, value: bytes | None, key: bytes | None, **kwargs: Any
+    ) -> None:
+        while True:
+            try:
+                producer.produce(topic, value, key, on_delivery=self._delivered, **kwargs)
+                return
+            except BufferError:  # the local queue is full: let it drain
+                producer.poll(0.05)
+
+    def send(self, topic: str, value: bytes | None, key: bytes | None, **kwargs: Any) -> None:
+        try:
+            producer = self._begin()
+            headers = kwargs.pop("headers", None)
+            if headers:
+                kwargs["headers"] = headers
+            self._produce(producer, topic, value, key, **kwargs)
+        except (ck.KafkaException, ValueError, TypeError) as exc:
+            raise self._send_failed(topic, exc) from None
+        self.bytes_sent += len(value or b"") + len(key or b"")
+
+    def send_many(self, topic: str, partition: int, entries: Iterable[tuple[bytes, bytes | None]]) -> int:
+        """As :meth:`send`, many records to one partition. No delivery callback per record: a
+        record the broker refuses fails the transaction's commit (librdkafka's
+        ``commit_transaction`` raises then), and one too large is refused at once."""
+        count = 0
+        sent_bytes = 0
+        try:
+            producer = self._begin()
+            produce = producer.produce
+            for key, value in entries:
+                try:
+                    produce(topic, value, key, partition)
+                except BufferError:
+                    self._produce(producer, topic, value, key, partition=partition)
+                sent_bytes += len(key) + len(value or b"")
+                count += 1
+            producer.poll(0)
+        except (ck.KafkaException, ValueError, TypeError) as exc:
+            raise self._send_failed(topic, exc) from None
+        self.bytes_sent += sent_bytes
+        return count
+
+    def commit(self, offsets: dict[Any, OffsetAndMetadata], group_metadata: Any) -> None:
+        try:
+            producer = self._begin()
+            if producer.flush(self.timeout) > 0:
+                raise CheckpointFailed("records not acknowledged in time")
+            if self._failed:
+                topic, error = self._failed[0]
+                too_large = error.code() in (
+                    ck.KafkaError.MSG_SIZE_TOO_LARGE,
+                    ck.KafkaError.RECORD_LIST_TOO_LARGE,
+                )
+                self._end_failed()
+                raise CheckpointFailed(f"send to {topic} failed: {error.str()}", too_large, topic)
+            if offsets:
+                listed = [_ck_tp(tp, om.offset) for tp, om in offsets.items()]
+                producer.send_offsets_to_transaction(listed, group_metadata, self.timeout)
+            producer.commit_transaction(self.timeout)
+        except CheckpointFailed:
+            if self.open:
+                self._end_failed()
+            raise
+        except ck.KafkaException as exc:
+            self._end_failed()
+            raise CheckpointFailed(_describe(exc)) from None
+        self.open = False
+
+    def abort(self) -> None:
+        if self.open:
+            self._end_failed()
+
+    def close(self, timeout: float) -> None:
+        producer, self.producer = self.producer, None
+        if producer is None:
+            return
+        try:
+            if self.open:
+                producer.abort_transaction(timeout)
+        except ck.KafkaException:
+            pass  # the broker aborts it after transaction.timeout.ms
+        producer.flush(0)
+        self.open = False
+
+    def _send_failed(self, topic: str, exc: BaseException) -> CheckpointFailed:
+        self._end_failed()
+        error = exc.args[0] if exc.args and hasattr(exc.args[0], "code") else None
+        too_large = error is not None and _too_large(error)
+        return CheckpointFailed(f"send to {topic} failed: {_describe(exc)}", too_large, topic)
+
+    def _end_failed(self) -> None:
+        """Abort; when that fails (a fatal error, fenced), drop the producer: the next one's
+        init_transactions aborts the transaction left open."""
+        producer = self.producer
+        self.open = False
+        self._failed = []
+        if producer is None:
+            return
+        try:
+            producer.abort_transaction(self.timeout)
+            return
+        except ck.KafkaException as exc:
+            log.warning(
+                "abort failed (%s); a new producer will take over the transactional id", _describe(exc)
+            )
+        self.producer = None
+
+
+def _too_large(error: Any) -> bool:
+    return error.code() in (ck.KafkaError.MSG_SIZE_TOO_LARGE, ck.KafkaError.RECORD_LIST_TOO_LARGE)
+
+
+def _describe(exc: BaseException) -> str:
+    error = exc.args[0] if exc.args and hasattr(exc.args[0], "str") else None
+    return error.str() if error is not None else f"{type(exc).__name__}: {exc}"
+
+
+def check_available() -> None:
+    if not available():
+        raise ConfigError(
+            'kafka_client: "confluent-kafka" needs the confluent-kafka package: '
+            "pip install 'streameval[confluent]'"
+        )
