@@ -39,8 +39,6 @@ __all__ = [
     "parse_duration",
 ]
 
-ENV_PREFIX = "STREAMEVAL_"
-KAFKA_ENV_PREFIX = "STREAMEVAL_KAFKA_"
 #: Kafka client settings whose values are secrets: never logged, never exported.
 SECRET_KAFKA_KEYS = frozenset(
     {"sasl_plain_password", "ssl_password", "sasl_oauth_token_provider", "ssl_keyfile_password"}
@@ -346,17 +344,7 @@ def load_settings(
                 kafka.update(value)
             raw[key] = value
             sources[key] = f"{config_path}: key {key!r}"
-    for name, text in sorted((env or {}).items()):
-        # STREAMEVAL_KAFKA_CLIENT is the key kafka_client, not a [kafka] setting "client"
-        if name.startswith(KAFKA_ENV_PREFIX) and name[len(ENV_PREFIX) :].lower() not in KEYS:
-            kafka_key = name[len(KAFKA_ENV_PREFIX) :].lower()
-            kafka[kafka_key] = keys.parse_kafka_text(kafka_key, text)
-            raw["kafka"] = kafka
-            sources.setdefault("kafka", f"environment variable {name}")
-        elif name.startswith(ENV_PREFIX):
-            key = name[len(ENV_PREFIX) :].lower()
-            raw[key] = keys.parse_text(KEYS.get(key), text)
-            sources[key] = f"environment variable {name}"
+    keys.read_env(env or {}, KEYS, raw, kafka, sources)
     for key, value in (flags or {}).items():
         if isinstance(value, str):
             value = keys.parse_text(KEYS.get(key), value)

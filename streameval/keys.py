@@ -151,3 +151,29 @@ def read_toml(path: str) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: cannot be read ({exc.strerror})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path}: not valid TOML ({exc})") from None
+
+
+ENV_PREFIX = "STREAMEVAL_"
+KAFKA_ENV_PREFIX = "STREAMEVAL_KAFKA_"
+
+
+def read_env(
+    env: Mapping[str, str],
+    known: Mapping[str, Key],
+    raw: dict[str, Any],
+    kafka: dict[str, Any],
+    sources: dict[str, str],
+) -> None:
+    """``STREAMEVAL_<KEY>`` into ``raw``, ``STREAMEVAL_KAFKA_<SETTING>`` into the ``[kafka]`` table;
+    where each came from into ``sources``."""
+    for name, text in sorted(env.items()):
+        # STREAMEVAL_KAFKA_CLIENT is the key kafka_client, not a [kafka] setting "client"
+        if name.startswith(KAFKA_ENV_PREFIX) and name[len(ENV_PREFIX) :].lower() not in known:
+            kafka_key = name[len(KAFKA_ENV_PREFIX) :].lower()
+            kafka[kafka_key] = parse_kafka_text(kafka_key, text)
+            raw["kafka"] = kafka
+            sources.setdefault("kafka", f"environment variable {name}")
+        elif name.startswith(ENV_PREFIX):
+            key = name[len(ENV_PREFIX) :].lower()
+            raw[key] = parse_text(known.get(key), text)
+            sources[key] = f"environment variable {name}"

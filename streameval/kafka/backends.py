@@ -43,7 +43,7 @@ class Librdkafka(Backend):
         return LibrdkafkaConsumer(settings)
 
     def transactions(self, settings: Settings, txn_id: str, timeout_ms: int) -> CheckpointProducer:
-        from streameval.kafka.librdkafka import LibrdkafkaTransactions
+        from streameval.kafka.rdproducer import LibrdkafkaTransactions
 
         return LibrdkafkaTransactions(settings, txn_id, timeout_ms)
 

@@ -1,5 +1,6 @@
 """The confluent-kafka backend (``kafka_client = "confluent-kafka"``): the loop's group consumer
-and checkpoint producer on librdkafka, which reads and writes records in C.
+and settings on librdkafka, which reads records in C (its checkpoint producer:
+:mod:`~streameval.kafka.rdproducer`).
 
 Only the two clients on the path of every record are librdkafka's; the changelog reader, the
 admin requests at start-up and the detectors' minutes reader stay kafka-python's (they run at
@@ -21,12 +22,11 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from kafka import OffsetAndMetadata, TopicPartition
+from kafka import TopicPartition
 from kafka.errors import KafkaError, KafkaTimeoutError
 
 from streameval.config import Settings
 from streameval.errors import ConfigError, InputError
-from streameval.kafka.checkpoint import CheckpointFailed
 
 try:  # the optional extra: streameval[confluent]
     import confluent_kafka as ck
@@ -84,6 +84,9 @@ _PRODUCER_ONLY = {
     "transaction_timeout_ms",
 }
 
+#: [kafka] keys the producer leaves out
+PRODUCER_EXCLUDE = _CONSUMER_ONLY | _BROKER_SIDE
+
 
 def available() -> bool:
     return ck is not None
@@ -106,11 +109,11 @@ def librdkafka_config(settings: Settings, exclude: set[str]) -> dict[str, Any]:
     return out
 
 
-def _common(settings: Settings) -> dict[str, Any]:
+def common_config(settings: Settings) -> dict[str, Any]:
     return {"bootstrap.servers": settings.bootstrap_servers, "client.id": CLIENT_ID}
 
 
-def _ck_error(exc: BaseException) -> KafkaError:
+def ck_error(exc: BaseException) -> KafkaError:
     """librdkafka's error as the interface's KafkaError."""
     error = exc.args[0] if exc.args and hasattr(exc.args[0], "str") else None
     text = error.str() if error is not None else str(exc)
@@ -119,7 +122,7 @@ def _ck_error(exc: BaseException) -> KafkaError:
     return KafkaError(text)
 
 
-def _ck_tp(tp: TopicPartition, offset: int | None = None) -> Any:
+def ck_tp(tp: TopicPartition, offset: int | None = None) -> Any:
     return (
         ck.TopicPartition(tp.topic, tp.partition)
         if offset is None
@@ -147,7 +150,7 @@ class Record:
         self.headers = message.headers() or []
 
 
-def _connect(kind: str, factory: Any, config: dict[str, Any]) -> Any:
+def connect(kind: str, factory: Any, config: dict[str, Any]) -> Any:
     try:
         return factory(config)
     except ck.KafkaException as exc:
@@ -171,7 +174,7 @@ class LibrdkafkaConsumer:
                 "kafka: %s not used by the consumer with kafka_client = confluent-kafka (KIP-848)", ignored
             )
         config = {
-            **_common(settings),
+            **common_config(settings),
             "group.id": settings.group_id,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
@@ -184,7 +187,7 @@ class LibrdkafkaConsumer:
             "enable.partition.eof": False,
             **librdkafka_config(settings, _PRODUCER_ONLY | _BROKER_SIDE),
         }
-        self.consumer = _connect("consumer", ck.Consumer, config)
+        self.consumer = connect("consumer", ck.Consumer, config)
         try:  # librdkafka connects lazily: reach the brokers now, as kafka-python's client does
             self.consumer.list_topics(timeout=BOOTSTRAP_TIMEOUT_S)
         except ck.KafkaException:
@@ -215,7 +218,7 @@ class LibrdkafkaConsumer:
         try:
             return _tps(self.consumer.assignment())
         except ck.KafkaException as exc:
-            raise _ck_error(exc) from None
+            raise ck_error(exc) from None
 
     def poll_round(self, timeout_ms: int, broker_silent: bool) -> dict[TopicPartition, list[Any]]:
         messages = self.consumer.consume(POLL_RECORDS, timeout_ms / 1000)
@@ -242,7 +245,7 @@ class LibrdkafkaConsumer:
 
     def known_position(self, tp: TopicPartition) -> int | None:
         try:
-            offset = self.consumer.position([_ck_tp(tp)])[0].offset
+            offset = self.consumer.position([ck_tp(tp)])[0].offset
         except ck.KafkaException:
             return None
         return offset if offset >= 0 else None
@@ -253,27 +256,27 @@ class LibrdkafkaConsumer:
     # positions
     def pause(self, *tps: TopicPartition) -> None:
         if tps:
-            self._call(self.consumer.pause, [_ck_tp(tp) for tp in tps])
+            self._call(self.consumer.pause, [ck_tp(tp) for tp in tps])
             self._paused.update(tps)
 
     def resume(self, *tps: TopicPartition) -> None:
         if tps:
-            self._call(self.consumer.resume, [_ck_tp(tp) for tp in tps])
+            self._call(self.consumer.resume, [ck_tp(tp) for tp in tps])
             self._paused.difference_update(tps)
 
     def paused(self) -> set[TopicPartition]:
         return set(self._paused)
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
-        self._call(self.consumer.seek, _ck_tp(tp, offset))
+        self._call(self.consumer.seek, ck_tp(tp, offset))
 
     def seek_to_beginning(self, *tps: TopicPartition) -> None:
         for tp in tps:
-            self._call(self.consumer.seek, _ck_tp(tp, ck.OFFSET_BEGINNING))
+            self._call(self.consumer.seek, ck_tp(tp, ck.OFFSET_BEGINNING))
 
     def seek_to_end(self, *tps: TopicPartition) -> None:
         for tp in tps:
-            self._call(self.consumer.seek, _ck_tp(tp, ck.OFFSET_END))
+            self._call(self.consumer.seek, ck_tp(tp, ck.OFFSET_END))
 
     def position(self, tp: TopicPartition) -> int:
         position = self.known_position(tp)
@@ -288,7 +291,7 @@ class LibrdkafkaConsumer:
         out = {}
         for tp in tps:
             remaining = max(0.05, deadline - time.monotonic())
-            marks = self._call(self.consumer.get_watermark_offsets, _ck_tp(tp), remaining, False)
+            marks = self._call(self.consumer.get_watermark_offsets, ck_tp(tp), remaining, False)
             out[tp] = marks[which]
         return out
 
@@ -301,7 +304,7 @@ class LibrdkafkaConsumer:
 
     def highwater(self, tp: TopicPartition) -> int | None:
         try:
-            high = self.consumer.get_watermark_offsets(_ck_tp(tp), cached=True)[1]
+            high = self.consumer.get_watermark_offsets(ck_tp(tp), cached=True)[1]
         except ck.KafkaException:
             return None
         return high if high >= 0 else None
@@ -310,7 +313,7 @@ class LibrdkafkaConsumer:
         try:
             metadata = self.consumer.list_topics(topic, timeout=5)
         except ck.KafkaException as exc:
-            raise _ck_error(exc) from None
+            raise ck_error(exc) from None
         found = metadata.topics.get(topic)
         if found is None or found.error is not None or not found.partitions:
             return None
@@ -326,166 +329,10 @@ class LibrdkafkaConsumer:
         try:
             return method(*args)
         except ck.KafkaException as exc:
-            raise _ck_error(exc) from None
+            raise ck_error(exc) from None
 
 
-class LibrdkafkaTransactions:
-    """The checkpoint producer (:class:`~streameval.kafka.client.CheckpointProducer`) on
-    librdkafka's transactional producer, with bounded waits and one failure path."""
-
-    def __init__(self, settings: Settings, txn_id: str, timeout_ms: int, timeout: float = 8.0) -> None:
-        self.config = {
-            **_common(settings),
-            "acks": "all",
-            "linger.ms": 20,
-            "batch.size": 512 * 1024,
-            "enable.idempotence": True,
-            **librdkafka_config(settings, _CONSUMER_ONLY | _BROKER_SIDE),
-            "transaction.timeout.ms": timeout_ms,
-            "transactional.id": txn_id,
-        }
-        self.timeout = timeout
-        self.producer: Any = None
-        self.open = False
-        self.bytes_sent = 0
-        self._failed: list[tuple[str, Any]] = []  # (topic, error) of records the broker refused
-
-    def connect(self) -> None:
-        producer = _connect("producer", ck.Producer, self.config)
-        try:
-            producer.init_transactions(self.timeout)
-        except ck.KafkaException as exc:
-            raise _ck_error(exc) from None
-        self.producer = producer
-        self.open = False
-        self._failed = []
-
-    def _delivered(self, error: Any, message: Any) -> None:
-        if error is not None:
-            self._failed.append((message.topic(), error))
-
-    def _begin(self) -> Any:
-        if self.producer is None:
-            self.connect()
-        if not self.open:
-            self.producer.begin_transaction()
-            self.open = True
-        return self.producer
-
-    def _produce(
-        self, producer: Any, topic: str, value: bytes | None, key: bytes | None, **kwargs: Any
-    ) -> None:
-        while True:
-            try:
-                producer.produce(topic, value, key, on_delivery=self._delivered, **kwargs)
-                return
-            except BufferError:  # the local queue is full: let it drain
-                producer.poll(0.05)
-
-    def send(self, topic: str, value: bytes | None, key: bytes | None, **kwargs: Any) -> None:
-        try:
-            producer = self._begin()
-            headers = kwargs.pop("headers", None)
-            if headers:
-                kwargs["headers"] = headers
-            self._produce(producer, topic, value, key, **kwargs)
-        except (ck.KafkaException, ValueError, TypeError) as exc:
-            raise self._send_failed(topic, exc) from None
-        self.bytes_sent += len(value or b"") + len(key or b"")
-
-    def send_many(self, topic: str, partition: int, entries: Iterable[tuple[bytes, bytes | None]]) -> int:
-        """As :meth:`send`, many records to one partition. No delivery callback per record: a
-        record the broker refuses fails the transaction's commit (librdkafka's
-        ``commit_transaction`` raises then), and one too large is refused at once."""
-        count = 0
-        sent_bytes = 0
-        try:
-            producer = self._begin()
-            produce = producer.produce
-            for key, value in entries:
-                try:
-                    produce(topic, value, key, partition)
-                except BufferError:
-                    self._produce(producer, topic, value, key, partition=partition)
-                sent_bytes += len(key) + len(value or b"")
-                count += 1
-            producer.poll(0)
-        except (ck.KafkaException, ValueError, TypeError) as exc:
-            raise self._send_failed(topic, exc) from None
-        self.bytes_sent += sent_bytes
-        return count
-
-    def commit(self, offsets: dict[Any, OffsetAndMetadata], group_metadata: Any) -> None:
-        try:
-            producer = self._begin()
-            if producer.flush(self.timeout) > 0:
-                raise CheckpointFailed("records not acknowledged in time")
-            if self._failed:
-                topic, error = self._failed[0]
-                too_large = error.code() in (
-                    ck.KafkaError.MSG_SIZE_TOO_LARGE,
-                    ck.KafkaError.RECORD_LIST_TOO_LARGE,
-                )
-                self._end_failed()
-                raise CheckpointFailed(f"send to {topic} failed: {error.str()}", too_large, topic)
-            if offsets:
-                listed = [_ck_tp(tp, om.offset) for tp, om in offsets.items()]
-                producer.send_offsets_to_transaction(listed, group_metadata, self.timeout)
-            producer.commit_transaction(self.timeout)
-        except CheckpointFailed:
-            if self.open:
-                self._end_failed()
-            raise
-        except ck.KafkaException as exc:
-            self._end_failed()
-            raise CheckpointFailed(_describe(exc)) from None
-        self.open = False
-
-    def abort(self) -> None:
-        if self.open:
-            self._end_failed()
-
-    def close(self, timeout: float) -> None:
-        producer, self.producer = self.producer, None
-        if producer is None:
-            return
-        try:
-            if self.open:
-                producer.abort_transaction(timeout)
-        except ck.KafkaException:
-            pass  # the broker aborts it after transaction.timeout.ms
-        producer.flush(0)
-        self.open = False
-
-    def _send_failed(self, topic: str, exc: BaseException) -> CheckpointFailed:
-        self._end_failed()
-        error = exc.args[0] if exc.args and hasattr(exc.args[0], "code") else None
-        too_large = error is not None and _too_large(error)
-        return CheckpointFailed(f"send to {topic} failed: {_describe(exc)}", too_large, topic)
-
-    def _end_failed(self) -> None:
-        """Abort; when that fails (a fatal error, fenced), drop the producer: the next one's
-        init_transactions aborts the transaction left open."""
-        producer = self.producer
-        self.open = False
-        self._failed = []
-        if producer is None:
-            return
-        try:
-            producer.abort_transaction(self.timeout)
-            return
-        except ck.KafkaException as exc:
-            log.warning(
-                "abort failed (%s); a new producer will take over the transactional id", _describe(exc)
-            )
-        self.producer = None
-
-
-def _too_large(error: Any) -> bool:
-    return error.code() in (ck.KafkaError.MSG_SIZE_TOO_LARGE, ck.KafkaError.RECORD_LIST_TOO_LARGE)
-
-
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
     error = exc.args[0] if exc.args and hasattr(exc.args[0], "str") else None
     return error.str() if error is not None else f"{type(exc).__name__}: {exc}"
 

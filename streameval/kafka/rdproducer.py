@@ -1,0 +1,178 @@
+"""The checkpoint producer of the confluent-kafka backend: librdkafka's transactional producer
+behind :class:`~streameval.kafka.client.CheckpointProducer` (settings and errors as in
+:mod:`~streameval.kafka.librdkafka`)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from kafka import OffsetAndMetadata
+
+from streameval.config import Settings
+from streameval.kafka.checkpoint import CheckpointFailed
+from streameval.kafka.librdkafka import (
+    PRODUCER_EXCLUDE,
+    ck,
+    ck_error,
+    ck_tp,
+    common_config,
+    connect,
+    describe,
+    librdkafka_config,
+)
+
+log = logging.getLogger(__name__)
+
+
+class LibrdkafkaTransactions:
+    """The checkpoint producer (:class:`~streameval.kafka.client.CheckpointProducer`) on
+    librdkafka's transactional producer, with bounded waits and one failure path."""
+
+    def __init__(self, settings: Settings, txn_id: str, timeout_ms: int, timeout: float = 8.0) -> None:
+        self.config = {
+            **common_config(settings),
+            "acks": "all",
+            "linger.ms": 20,
+            "batch.size": 512 * 1024,
+            "enable.idempotence": True,
+            **librdkafka_config(settings, PRODUCER_EXCLUDE),
+            "transaction.timeout.ms": timeout_ms,
+            "transactional.id": txn_id,
+        }
+        self.timeout = timeout
+        self.producer: Any = None
+        self.open = False
+        self.bytes_sent = 0
+        self._failed: list[tuple[str, Any]] = []  # (topic, error) of records the broker refused
+
+    def connect(self) -> None:
+        producer = connect("producer", ck.Producer, self.config)
+        try:
+            producer.init_transactions(self.timeout)
+        except ck.KafkaException as exc:
+            raise ck_error(exc) from None
+        self.producer = producer
+        self.open = False
+        self._failed = []
+
+    def _delivered(self, error: Any, message: Any) -> None:
+        if error is not None:
+            self._failed.append((message.topic(), error))
+
+    def _begin(self) -> Any:
+        if self.producer is None:
+            self.connect()
+        if not self.open:
+            self.producer.begin_transaction()
+            self.open = True
+        return self.producer
+
+    def _produce(
+        self, producer: Any, topic: str, value: bytes | None, key: bytes | None, **kwargs: Any
+    ) -> None:
+        while True:
+            try:
+                producer.produce(topic, value, key, on_delivery=self._delivered, **kwargs)
+                return
+            except BufferError:  # the local queue is full: let it drain
+                producer.poll(0.05)
+
+    def send(self, topic: str, value: bytes | None, key: bytes | None, **kwargs: Any) -> None:
+        try:
+            producer = self._begin()
+            headers = kwargs.pop("headers", None)
+            if headers:
+                kwargs["headers"] = headers
+            self._produce(producer, topic, value, key, **kwargs)
+        except (ck.KafkaException, ValueError, TypeError) as exc:
+            raise self._send_failed(topic, exc) from None
+        self.bytes_sent += len(value or b"") + len(key or b"")
+
+    def send_many(self, topic: str, partition: int, entries: Iterable[tuple[bytes, bytes | None]]) -> int:
+        """As :meth:`send`, many records to one partition. No delivery callback per record: a
+        record the broker refuses fails the transaction's commit (librdkafka's
+        ``commit_transaction`` raises then), and one too large is refused at once."""
+        count = 0
+        sent_bytes = 0
+        try:
+            producer = self._begin()
+            produce = producer.produce
+            for key, value in entries:
+                try:
+                    produce(topic, value, key, partition)
+                except BufferError:
+                    self._produce(producer, topic, value, key, partition=partition)
+                sent_bytes += len(key) + len(value or b"")
+                count += 1
+            producer.poll(0)
+        except (ck.KafkaException, ValueError, TypeError) as exc:
+            raise self._send_failed(topic, exc) from None
+        self.bytes_sent += sent_bytes
+        return count
+
+    def commit(self, offsets: dict[Any, OffsetAndMetadata], group_metadata: Any) -> None:
+        try:
+            producer = self._begin()
+            if producer.flush(self.timeout) > 0:
+                raise CheckpointFailed("records not acknowledged in time")
+            if self._failed:
+                topic, error = self._failed[0]
+                self._end_failed()
+                raise CheckpointFailed(f"send to {topic} failed: {error.str()}", _too_large(error), topic)
+            if offsets:
+                listed = [ck_tp(tp, om.offset) for tp, om in offsets.items()]
+                producer.send_offsets_to_transaction(listed, group_metadata, self.timeout)
+            producer.commit_transaction(self.timeout)
+        except CheckpointFailed:
+            if self.open:
+                self._end_failed()
+            raise
+        except ck.KafkaException as exc:
+            self._end_failed()
+            raise CheckpointFailed(describe(exc)) from None
+        self.open = False
+
+    def abort(self) -> None:
+        if self.open:
+            self._end_failed()
+
+    def close(self, timeout: float) -> None:
+        producer, self.producer = self.producer, None
+        if producer is None:
+            return
+        try:
+            if self.open:
+                producer.abort_transaction(timeout)
+        except ck.KafkaException:
+            pass  # the broker aborts it after transaction.timeout.ms
+        producer.flush(0)
+        self.open = False
+
+    def _send_failed(self, topic: str, exc: BaseException) -> CheckpointFailed:
+        self._end_failed()
+        error = exc.args[0] if exc.args and hasattr(exc.args[0], "code") else None
+        too_large = error is not None and _too_large(error)
+        return CheckpointFailed(f"send to {topic} failed: {describe(exc)}", too_large, topic)
+
+    def _end_failed(self) -> None:
+        """Abort; when that fails (a fatal error, fenced), drop the producer: the next one's
+        init_transactions aborts the transaction left open."""
+        producer = self.producer
+        self.open = False
+        self._failed = []
+        if producer is None:
+            return
+        try:
+            producer.abort_transaction(self.timeout)
+            return
+        except ck.KafkaException as exc:
+            log.warning(
+                "abort failed (%s); a new producer will take over the transactional id", describe(exc)
+            )
+        self.producer = None
+
+
+def _too_large(error: Any) -> bool:
+    return error.code() in (ck.KafkaError.MSG_SIZE_TOO_LARGE, ck.KafkaError.RECORD_LIST_TOO_LARGE)
