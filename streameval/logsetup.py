@@ -5,6 +5,10 @@ metadata refresh") every ~100 ms; under load its network thread warns that a tas
 0.1xx s" every few seconds (it waited for the interpreter lock while a batch was processed).
 :class:`Throttle` lets the first record of each message template through, then at most one a
 minute, and says how many it held back.
+
+kafka-python 3.0's network loop also logs, with a traceback, a task that was waiting to read a
+socket the client closed under it (``ValueError: Invalid file descriptor: -1`` on shutdown or
+when a connection is dropped): :func:`closed_socket_race` keeps that to one line at DEBUG.
 """
 
 from __future__ import annotations
@@ -47,6 +51,32 @@ class Throttle(logging.Filter):
         return True
 
 
+def closed_socket_race(record: logging.LogRecord) -> bool:
+    """Whether the record is kafka-python's traceback of a task reading a socket already closed;
+    if so, the traceback is dropped and the record demoted to DEBUG."""
+    if not record.name.startswith("kafka.net") or not record.exc_info:
+        return False
+    exc = record.exc_info[1]
+    if not (isinstance(exc, ValueError) and "file descriptor: -1" in str(exc)):
+        return False
+    record.msg = f"{record.getMessage()} a socket closed under it (harmless: the client closed it)"
+    record.args = None
+    record.exc_info = record.exc_text = None
+    record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+    return True
+
+
+def _kafka_filter(throttle: Throttle, verbose: bool) -> Callable[[logging.LogRecord], bool]:
+    def keep(record: logging.LogRecord) -> bool:
+        if not record.name.startswith("kafka"):
+            return True
+        if closed_socket_race(record):
+            return verbose
+        return throttle.filter(record)
+
+    return keep
+
+
 def configure(verbose: bool) -> None:
     """Log to stderr; kafka-python only from WARNING, and throttled."""
     logging.basicConfig(
@@ -56,6 +86,6 @@ def configure(verbose: bool) -> None:
     )
     throttle = Throttle()
     for handler in logging.getLogger().handlers:
-        handler.addFilter(lambda record: not record.name.startswith("kafka") or throttle.filter(record))
+        handler.addFilter(_kafka_filter(throttle, verbose))
     # kafka-python is chatty at INFO and may echo client settings at DEBUG; keep it to warnings
     logging.getLogger("kafka").setLevel(logging.WARNING)

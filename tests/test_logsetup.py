@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import logging
+import sys
 
-from streameval.logsetup import Throttle
+from streameval.logsetup import Throttle, closed_socket_race
 
 
 def record(msg: str, name: str = "kafka.cluster") -> logging.LogRecord:
@@ -42,3 +43,26 @@ def test_messages_that_differ_only_in_numbers_are_one_template() -> None:
     assert throttle.filter(record(slow.format("0x7f39f04bd150", "0.137"), "kafka.net.selector"))
     assert not throttle.filter(record(slow.format("0x7f39ebfec790", "0.209"), "kafka.net.selector"))
     assert throttle.filter(record("Task left RUNNING after step", "kafka.net.selector"))
+
+
+def _closed_socket_record(name: str) -> logging.LogRecord:
+    try:
+        raise ValueError("Invalid file descriptor: -1")
+    except ValueError:
+        exc_info = sys.exc_info()
+    message = "Unhandled exception in task %s:"
+    return logging.LogRecord(name, logging.ERROR, __file__, 1, message, ("t",), exc_info)
+
+
+def test_kafka_pythons_closed_socket_traceback_becomes_one_debug_line() -> None:
+    record = _closed_socket_record("kafka.net.selector")
+    assert closed_socket_race(record)
+    assert record.levelno == logging.DEBUG and record.exc_info is None
+    assert "Traceback" not in logging.Formatter().format(record)
+    assert "Unhandled exception in task t:" in record.getMessage()
+
+
+def test_other_tracebacks_are_left_alone() -> None:
+    assert not closed_socket_race(_closed_socket_record("streameval.kafka.loop"))
+    other = logging.LogRecord("kafka.net.selector", logging.ERROR, __file__, 1, "x", None, None)
+    assert not closed_socket_race(other)
