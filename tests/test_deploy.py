@@ -37,6 +37,7 @@ def test_everything_compose_and_the_dockerfile_reference_exists() -> None:
     assert re.search(r"^USER [0-9]+:[0-9]+$", dockerfile, flags=re.M)
     assert re.search(r'^CMD \["run"\]$', dockerfile, flags=re.M)
     assert "HEALTHCHECK" in dockerfile and "-c constraints.txt" in dockerfile
+    assert "'.[confluent]'" in dockerfile  # kafka_client = "confluent-kafka" works in the image
     for line in re.findall(r"^COPY (.+) \S+$", dockerfile, flags=re.M):
         for source in line.split():
             assert (ROOT / source).exists(), source
