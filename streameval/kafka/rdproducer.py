@@ -42,6 +42,7 @@ class LibrdkafkaTransactions:
             "transactional.id": txn_id,
         }
         self.timeout = timeout
+        self.dead_letter_topic = settings.dead_letter_topic
         self.producer: Any = None
         self.open = False
         self.bytes_sent = 0
@@ -86,6 +87,12 @@ class LibrdkafkaTransactions:
             if headers:
                 kwargs["headers"] = headers
             self._produce(producer, topic, value, key, **kwargs)
+            if topic == self.dead_letter_topic:
+                # librdkafka puts the records queued for a partition in one batch, and the
+                # broker holds a batch to the topic's max.message.bytes, which each dead-letter
+                # record is cut to fit (README, `streameval run`): one record a batch, or a batch of
+                # them could never be written. Rejections are rare; this costs a round trip each.
+                producer.flush(self.timeout)
         except (ck.KafkaException, ValueError, TypeError) as exc:
             raise self._send_failed(topic, exc) from None
         self.bytes_sent += len(value or b"") + len(key or b"")
