@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -302,40 +301,34 @@ class LibrdkafkaConsumer:
             raise KafkaError(f"no position in {tp.topic}[{tp.partition}] yet")
         return position
 
-    def _watermarks(
-        self, tps: list[TopicPartition], timeout_ms: int, which: int
-    ) -> dict[TopicPartition, int]:
-        deadline = time.monotonic() + timeout_ms / 1000
-        out = {}
-        for tp in tps:
-            remaining = max(0.05, deadline - time.monotonic())
-            marks = self._call(self.consumer.get_watermark_offsets, ck_tp(tp), remaining, False)
-            out[tp] = marks[which]
-        return out
-
     def beginning_offsets(self, tps: list[TopicPartition], timeout_ms: int) -> dict[TopicPartition, int]:
-        return self._watermarks(list(tps), timeout_ms, 0)
+        return self._list_offsets(tps, timeout_ms, OffsetSpec.earliest())
 
     def end_offsets(self, tps: list[TopicPartition], timeout_ms: int) -> dict[TopicPartition, int]:
-        """The ends with read_committed: the last stable offsets, in one request per leader (the
-        consumer's get_watermark_offsets asks one partition at a time, each a round trip that
-        the loop would wait for every second)."""
+        """The ends with read_committed: the last stable offsets."""
+        return self._list_offsets(tps, timeout_ms, OffsetSpec.latest())
+
+    def _list_offsets(
+        self, tps: list[TopicPartition], timeout_ms: int, spec: Any
+    ) -> dict[TopicPartition, int]:
+        """Offsets of these partitions in one request per leader (the consumer's
+        get_watermark_offsets asks one partition at a time, each a round trip that the loop,
+        listing the inputs' ends every second, would wait for)."""
         if not tps:
             return {}
         if self._admin is None:
             self._admin = connect("admin client", AdminClient, self._admin_config)
-        latest = OffsetSpec.latest()
         try:
             futures = self._admin.list_offsets(
-                {ck_tp(tp): latest for tp in tps},
+                {ck_tp(tp): spec for tp in tps},
                 isolation_level=ck.IsolationLevel.READ_COMMITTED,
                 request_timeout=max(0.05, timeout_ms / 1000),
             )
         except ck.KafkaException as exc:
             raise ck_error(exc) from None
-        done, pending = concurrent.futures.wait(futures.values(), timeout=timeout_ms / 1000 + 0.5)
+        _, pending = concurrent.futures.wait(futures.values(), timeout=timeout_ms / 1000 + 0.5)
         if pending:
-            raise KafkaTimeoutError(f"end offsets of {len(pending)} partitions not listed in {timeout_ms} ms")
+            raise KafkaTimeoutError(f"offsets of {len(pending)} partitions not listed in {timeout_ms} ms")
         out = {}
         for ctp, future in futures.items():
             try:
