@@ -13,7 +13,7 @@ import orjson
 import pytest
 from kafka.admin import NewPartitions, NewTopic
 
-from tests.integration.conftest import KAFKA_CLIENTS, ROOT, Daemon, Topics, value
+from tests.integration.conftest import KAFKA_CLIENTS, ROOT, Daemon, Topics, value, with_both_clients
 from tests.integration.test_daemon import (
     DAEMON_CONFIG,
     T0,
@@ -30,19 +30,19 @@ BAD_ALL = BAD_IMPRESSIONS + BAD_EVENTS
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
-#: the faults whose handling is the client library's (the dead-letter producer's refusals and
-#: errors) run with each client (README, Configuration: kafka_client); the others with the
-#: default only, to keep CI within its time (they exercise the loop, which is the same on both)
-both_clients = pytest.mark.parametrize("kafka_client", KAFKA_CLIENTS)
+
+@pytest.fixture(params=KAFKA_CLIENTS)
+def kafka_client(request: pytest.FixtureRequest, topics: Topics) -> str:
+    """The faults whose handling is the client library's (the dead-letter producer's refusals
+    and errors) run with each client (README, Configuration: kafka_client); the others with the
+    default only, to keep CI within its time (they exercise the loop, which is the same on both)."""
+    return with_both_clients(request, topics)
 
 
-@both_clients
-def test_poison_records_reach_a_small_dead_letter_topic_cut_to_fit(
-    tmp_path, topics: Topics, daemons, kafka_client: str
-) -> None:
+@pytest.mark.usefixtures("kafka_client")
+def test_poison_records_reach_a_small_dead_letter_topic_cut_to_fit(tmp_path, topics: Topics, daemons) -> None:
     """A dead-letter topic that takes 300 bytes, a 1 KB and a 1,048,450-byte non-JSON record:
     both reach it, cut to fit with a header saying so; nothing stops, the values stay exact."""
-    topics.kafka_client = kafka_client
     log = random_log(random.Random(21), n_queries=150, t0=T0, span=240.0, horizon=10.0)
     impressions, events = time_ordered(log.impressions), time_ordered(log.events)
     poison = [b"<" + b"x" * 1022 + b">", b"{" * 1_048_450]
@@ -178,11 +178,8 @@ def test_broker_down_60_s_between_two_halves(tmp_path, topics: Topics, daemons) 
     assert run.daemon.stop(signal.SIGTERM) == 0, run.daemon.output()[-3000:]
 
 
-@both_clients
-def test_dead_letter_topic_deleted_while_running_is_created_again(
-    tmp_path, topics: Topics, daemons, kafka_client: str
-) -> None:
-    topics.kafka_client = kafka_client
+@pytest.mark.usefixtures("kafka_client")
+def test_dead_letter_topic_deleted_while_running_is_created_again(tmp_path, topics: Topics, daemons) -> None:
     run = TwoHalves(tmp_path, topics, daemons, seed=24, partitions=1)
     topics.admin.delete_topics([topics.dlq])
     time.sleep(2)
