@@ -166,6 +166,11 @@ class FakeTransactions:
             self.pending_writes.append((topic, partition, key, value, kwargs.get("timestamp_ms") or 0))
         self.bytes_sent += len(value or b"")
 
+    def send_dead_letter(
+        self, topic: str, value: bytes | None, key: bytes | None, headers: Any, limit: int
+    ) -> None:
+        self.send(topic, value, key, headers=headers)
+
     def send_many(self, topic: str, partition: int, entries: Any) -> int:
         self.open = True
         n = 0

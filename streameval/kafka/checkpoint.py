@@ -26,6 +26,7 @@ from kafka.errors import KafkaError, KafkaTimeoutError, MessageSizeTooLargeError
 from streameval import state
 from streameval.kafka import detection
 from streameval.kafka.client import CheckpointProducer
+from streameval.kafka.deadletter import Headers
 from streameval.kafka.partitions import PartitionState
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,13 @@ class Transactions:
         except (KafkaError, ValueError, AssertionError) as exc:
             raise self._send_failed(topic, exc) from None
         self.bytes_sent += len(value or b"") + len(key or b"")
+
+    def send_dead_letter(
+        self, topic: str, value: bytes | None, key: bytes | None, headers: Headers, limit: int
+    ) -> None:
+        """As :meth:`send`; kafka-python's producer closes a batch before it would pass the
+        topic's limit."""
+        self.send(topic, value, key, headers=headers)
 
     def send_many(self, topic: str, partition: int, entries: Iterable[tuple[bytes, bytes | None]]) -> int:
         """Send keyed records to one partition inside the open transaction, as :meth:`send`

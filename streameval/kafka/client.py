@@ -34,6 +34,7 @@ from streameval.kafka import compat
 
 if TYPE_CHECKING:
     from streameval import state
+    from streameval.kafka.deadletter import Headers
 
 
 class GroupProtocolMismatch(Exception):
@@ -98,6 +99,12 @@ class CheckpointProducer(Protocol):
     def connect(self) -> None: ...
 
     def send(self, topic: str, value: bytes | None, key: bytes | None, **kwargs: Any) -> None: ...
+
+    def send_dead_letter(
+        self, topic: str, value: bytes | None, key: bytes | None, headers: Headers, limit: int
+    ) -> None:
+        """As :meth:`send`, a dead-letter record cut to fit ``limit`` bytes; no batch of them
+        may pass that either."""
 
     def send_many(self, topic: str, partition: int, entries: Iterable[tuple[bytes, bytes | None]]) -> int: ...
 

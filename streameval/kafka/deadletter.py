@@ -23,7 +23,9 @@ DETAIL_MAX_BYTES = 500
 Headers = list[tuple[str, bytes]]
 
 
-def _size(key: bytes | None, value: bytes | None, headers: Headers) -> int:
+def record_size(key: bytes | None, value: bytes | None, headers: Headers) -> int:
+    """Bytes the record takes in a batch, framing included, with room to spare: a batch of
+    records holds at most the sum of theirs."""
     return (
         FRAMING_BYTES
         + len(key or b"")
@@ -54,7 +56,7 @@ def dead_letter_record(
     if key is None and value is None:
         headers.append(("null_value", b"true"))
         value = b""
-    excess = _size(key, value, headers) - limit
+    excess = record_size(key, value, headers) - limit
     if excess > 0:
         note = f"key {len(key or b'')} value {len(value or b'')} bytes, cut to fit {limit}".encode()
         headers.append(("truncated", note))

@@ -175,5 +175,7 @@ class Feed:
             entry.offset,
             self.dead_letter_limit,
         )
-        self.transactions.send(self.settings.dead_letter_topic, value=value, key=key, headers=headers)
+        self.transactions.send_dead_letter(
+            self.settings.dead_letter_topic, value, key, headers, self.dead_letter_limit
+        )
         log.debug("rejected %s[%d]@%d: %s", entry.topic, partition, entry.offset, rejection.detail)

@@ -12,6 +12,7 @@ from kafka import OffsetAndMetadata
 
 from streameval.config import Settings
 from streameval.kafka.checkpoint import CheckpointFailed
+from streameval.kafka.deadletter import Headers, record_size
 from streameval.kafka.librdkafka import (
     PRODUCER_EXCLUDE,
     ck,
@@ -42,11 +43,11 @@ class LibrdkafkaTransactions:
             "transactional.id": txn_id,
         }
         self.timeout = timeout
-        self.dead_letter_topic = settings.dead_letter_topic
         self.producer: Any = None
         self.open = False
         self.bytes_sent = 0
         self._failed: list[tuple[str, Any]] = []  # (topic, error) of records the broker refused
+        self._dead_letter_queued = 0  # bytes of dead-letter records queued since the last flush
 
     def connect(self) -> None:
         producer = connect("producer", ck.Producer, self.config)
@@ -57,6 +58,7 @@ class LibrdkafkaTransactions:
         self.producer = producer
         self.open = False
         self._failed = []
+        self._dead_letter_queued = 0
 
     def _delivered(self, error: Any, message: Any) -> None:
         if error is not None:
@@ -87,15 +89,30 @@ class LibrdkafkaTransactions:
             if headers:
                 kwargs["headers"] = headers
             self._produce(producer, topic, value, key, **kwargs)
-            if topic == self.dead_letter_topic:
-                # librdkafka puts the records queued for a partition in one batch, and the
-                # broker holds a batch to the topic's max.message.bytes, which each dead-letter
-                # record is cut to fit (README, `streameval run`): one record a batch, or a batch of
-                # them could never be written. Rejections are rare; this costs a round trip each.
-                producer.flush(self.timeout)
         except (ck.KafkaException, ValueError, TypeError) as exc:
             raise self._send_failed(topic, exc) from None
         self.bytes_sent += len(value or b"") + len(key or b"")
+
+    def send_dead_letter(
+        self, topic: str, value: bytes | None, key: bytes | None, headers: Headers, limit: int
+    ) -> None:
+        """As :meth:`send`. librdkafka writes the records queued for a partition as one batch,
+        and the broker holds a batch to the topic's max.message.bytes, which each dead-letter
+        record is cut to fit (README, `streameval run`): before a record that would take the
+        dead-letter records queued past ``limit``, what is queued is flushed."""
+        size = record_size(key, value, headers)
+        if self._dead_letter_queued and self._dead_letter_queued + size > limit:
+            try:
+                self._flush()
+            except ck.KafkaException as exc:
+                raise self._send_failed(topic, exc) from None
+        self.send(topic, value, key, headers=headers)
+        self._dead_letter_queued += size
+
+    def _flush(self) -> None:
+        if self.producer.flush(self.timeout) > 0:
+            raise CheckpointFailed("records not acknowledged in time")
+        self._dead_letter_queued = 0
 
     def send_many(self, topic: str, partition: int, entries: Iterable[tuple[bytes, bytes | None]]) -> int:
         """As :meth:`send`, many records to one partition. No delivery callback per record: a
@@ -122,8 +139,7 @@ class LibrdkafkaTransactions:
     def commit(self, offsets: dict[Any, OffsetAndMetadata], group_metadata: Any) -> None:
         try:
             producer = self._begin()
-            if producer.flush(self.timeout) > 0:
-                raise CheckpointFailed("records not acknowledged in time")
+            self._flush()
             if self._failed:
                 topic, error = self._failed[0]
                 self._end_failed()
@@ -169,6 +185,7 @@ class LibrdkafkaTransactions:
         producer = self.producer
         self.open = False
         self._failed = []
+        self._dead_letter_queued = 0
         if producer is None:
             return
         try:
