@@ -14,6 +14,7 @@ from kafka import TopicPartition
 
 from streameval import state
 from streameval.kafka.checkpoint import CheckpointFailed
+from streameval.kafka.client import Listed
 
 
 class Message(NamedTuple):
@@ -85,6 +86,9 @@ class FakeConsumer:
 
             raise KafkaTimeoutError("no answer")
         return {tp: len(self.cluster.logs[tp]) for tp in tps}
+
+    def request_end_offsets(self, tps: list[TopicPartition], timeout_ms: int) -> Listed:
+        return Listed(self.end_offsets(tps, timeout_ms))
 
     def highwater(self, tp: TopicPartition) -> int | None:
         return None

@@ -7,9 +7,12 @@ from __future__ import annotations
 import inspect
 
 import pytest
-from kafka import KafkaConsumer
+from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import Fetcher
 from kafka.coordinator.base import BaseCoordinator, MemberState
+from kafka.errors import KafkaTimeoutError
+from kafka.future import Future
+from kafka.structs import OffsetAndTimestamp
 
 from streameval.kafka import compat
 
@@ -120,3 +123,26 @@ def test_the_known_position_is_the_subscription_states_without_a_request(consume
     assert consumer._subscription.assignment[tp].position.offset == 5
     assert compat.known_position(consumer, tp) == 5
     assert compat.known_position(consumer, TopicPartition("compat-test", 1)) is None  # not assigned
+
+
+def test_end_offsets_are_the_fetchers_coroutine_that_request_end_offsets_schedules(consumer) -> None:
+    fetcher = consumer._fetcher
+    source = _source(Fetcher.beginning_or_end_offset)
+    assert "self._net.run(self._fetch_offsets_by_times_async, timestamps, timeout_ms)" in source
+    assert "offsets[tp] = offsets[tp].offset" in source
+    assert callable(fetcher._net.call_soon_with_future)
+    pending = compat.request_end_offsets(consumer, [TopicPartition("t", 0)], 100)
+    assert isinstance(pending, compat.FutureOffsets) and isinstance(pending.future, Future)
+    assert compat.request_end_offsets(consumer, [], 100) is None
+
+
+def test_future_offsets_are_none_until_the_answer_and_raise_its_error() -> None:
+    future = Future()
+    pending = compat.FutureOffsets(future)
+    assert pending.result() is None
+    future.success({TopicPartition("t", 0): OffsetAndTimestamp(42, -1, None)})
+    assert pending.result() == {TopicPartition("t", 0): 42}
+    failed = Future()
+    failed.failure(KafkaTimeoutError("no answer"))
+    with pytest.raises(KafkaTimeoutError):
+        compat.FutureOffsets(failed).result()

@@ -263,6 +263,43 @@ def test_end_offsets_are_asked_less_often_while_the_broker_does_not_answer() -> 
     assert ends.end(tp) == 0
 
 
+class _Later:
+    """An answer that comes in when the test says so."""
+
+    def __init__(self) -> None:
+        self.offsets: dict[TopicPartition, int] | None = None
+
+    def result(self) -> dict[TopicPartition, int] | None:
+        return self.offsets
+
+
+def test_end_offsets_are_taken_when_the_answer_is_in_and_not_after_the_partitions_went() -> None:
+    now = [0.0]
+    consumer = FakeConsumer(Cluster(TOPICS))
+    asked: list[_Later] = []
+
+    def request(tps: list[TopicPartition], timeout_ms: int) -> _Later:
+        asked.append(_Later())
+        return asked[-1]
+
+    consumer.request_end_offsets = request  # type: ignore[method-assign]
+    ends = EndOffsets(consumer, clock=lambda: now[0])
+    tp = TopicPartition("impressions", 0)
+    ends.refresh([tp])
+    ends.refresh([tp])
+    assert len(asked) == 1 and ends.end(tp) is None  # not waited for, and not asked twice
+    asked[0].offsets = {tp: 7}
+    ends.refresh([tp])
+    assert ends.end(tp) == 7 and not ends.broker_silent
+    now[0] = ends.due
+    ends.refresh([tp])
+    assert len(asked) == 2
+    ends.forget([tp])  # revoked: the answer to what was asked before is dropped
+    asked[1].offsets = {tp: 9}
+    ends.refresh([])
+    assert ends.end(tp) is None and len(asked) == 2
+
+
 def _run_until_idle(loop: ConsumerLoop, clock: list[float], rounds_: int = 12) -> None:
     """Rounds with a checkpoint after each (the stage's writes become visible on commit) and
     the end offsets' clock moving on, so that a repartition topic can count as complete."""

@@ -42,6 +42,25 @@ class GroupProtocolMismatch(Exception):
     streameval, in the same group)."""
 
 
+class PendingOffsets(Protocol):
+    """Offsets asked for and not waited for."""
+
+    def result(self) -> dict[TopicPartition, int] | None:
+        """The offsets once the answer is in, None until then; raises KafkaError when the
+        request failed or was not answered in its time."""
+        ...
+
+
+class Listed:
+    """Offsets already known: the answer of a client that waited for them."""
+
+    def __init__(self, offsets: dict[TopicPartition, int]) -> None:
+        self.offsets = offsets
+
+    def result(self) -> dict[TopicPartition, int] | None:
+        return self.offsets
+
+
 class Consumer(Protocol):
     """The group member that reads the input topics."""
 
@@ -81,6 +100,10 @@ class Consumer(Protocol):
     def beginning_offsets(self, tps: list[TopicPartition], timeout_ms: int) -> dict[TopicPartition, int]: ...
 
     def end_offsets(self, tps: list[TopicPartition], timeout_ms: int) -> dict[TopicPartition, int]: ...
+
+    def request_end_offsets(self, tps: list[TopicPartition], timeout_ms: int) -> PendingOffsets:
+        """As :meth:`end_offsets`, without waiting for the answer."""
+        ...
 
     def highwater(self, tp: TopicPartition) -> int | None: ...
 
@@ -152,3 +175,7 @@ class GroupConsumer(KafkaConsumer):
 
     def known_position(self, tp: TopicPartition) -> int | None:
         return compat.known_position(self, tp)
+
+    def request_end_offsets(self, tps: list[TopicPartition], timeout_ms: int) -> PendingOffsets:
+        pending = compat.request_end_offsets(self, tps, timeout_ms)
+        return pending if pending is not None else Listed(self.end_offsets(tps, timeout_ms=timeout_ms))

@@ -27,6 +27,7 @@ from kafka.errors import KafkaError, KafkaTimeoutError
 
 from streameval.config import Settings
 from streameval.errors import ConfigError, InputError
+from streameval.kafka.client import Listed
 
 try:  # the optional extra: streameval[confluent]
     import confluent_kafka as ck
@@ -162,6 +163,22 @@ def connect(kind: str, factory: Any, config: dict[str, Any]) -> Any:
         raise ConfigError(
             f"kafka: a setting in the [kafka] table is not accepted by the {kind}: {exc}"
         ) from None
+
+
+class AdminOffsets:
+    """The offsets the admin client's futures will hold (:class:`~streameval.kafka.client.PendingOffsets`);
+    librdkafka fails them after the request's timeout."""
+
+    def __init__(self, futures: dict[Any, concurrent.futures.Future[Any]]) -> None:
+        self.futures = futures
+
+    def result(self) -> dict[TopicPartition, int] | None:
+        if not all(future.done() for future in self.futures.values()):
+            return None
+        try:
+            return {TopicPartition(c.topic, c.partition): f.result().offset for c, f in self.futures.items()}
+        except ck.KafkaException as exc:
+            raise ck_error(exc) from None
 
 
 class LibrdkafkaConsumer:
@@ -308,14 +325,24 @@ class LibrdkafkaConsumer:
         """The ends with read_committed: the last stable offsets."""
         return self._list_offsets(tps, timeout_ms, OffsetSpec.latest())
 
+    def request_end_offsets(self, tps: list[TopicPartition], timeout_ms: int) -> AdminOffsets | Listed:
+        return self._request(tps, timeout_ms, OffsetSpec.latest()) if tps else Listed({})
+
     def _list_offsets(
         self, tps: list[TopicPartition], timeout_ms: int, spec: Any
     ) -> dict[TopicPartition, int]:
-        """Offsets of these partitions in one request per leader (the consumer's
-        get_watermark_offsets asks one partition at a time, each a round trip that the loop,
-        listing the inputs' ends every second, would wait for)."""
+        """Offsets of these partitions in one request per leader (get_watermark_offsets asks
+        one partition at a time, a round trip each)."""
         if not tps:
             return {}
+        pending = self._request(tps, timeout_ms, spec)
+        concurrent.futures.wait(pending.futures.values(), timeout=timeout_ms / 1000 + 0.5)
+        offsets = pending.result()
+        if offsets is None:
+            raise KafkaTimeoutError(f"offsets of {len(tps)} partitions not listed in {timeout_ms} ms")
+        return offsets
+
+    def _request(self, tps: list[TopicPartition], timeout_ms: int, spec: Any) -> AdminOffsets:
         if self._admin is None:
             self._admin = connect("admin client", AdminClient, self._admin_config)
         try:
@@ -326,16 +353,7 @@ class LibrdkafkaConsumer:
             )
         except ck.KafkaException as exc:
             raise ck_error(exc) from None
-        _, pending = concurrent.futures.wait(futures.values(), timeout=timeout_ms / 1000 + 0.5)
-        if pending:
-            raise KafkaTimeoutError(f"offsets of {len(pending)} partitions not listed in {timeout_ms} ms")
-        out = {}
-        for ctp, future in futures.items():
-            try:
-                out[TopicPartition(ctp.topic, ctp.partition)] = future.result().offset
-            except ck.KafkaException as exc:
-                raise ck_error(exc) from None
-        return out
+        return AdminOffsets(futures)
 
     def highwater(self, tp: TopicPartition) -> int | None:
         try:

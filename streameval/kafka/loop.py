@@ -284,7 +284,7 @@ class ConsumerLoop:
         if failed is not None:
             raise failed  # the one failure path: a rewind (run_once)
         if self.sources is not None and self.sources.refresh():
-            self.ends.due = 0.0  # the repartition topics' ends listed after their sources' offsets
+            self.ends.ask_again()  # the repartition topics' ends listed after their sources' offsets
         self.ends.refresh([tp for tp in self.consumer.assignment() if tp not in self.flow.paused])
         if self.rebalanced is Rebalanced.LOST:
             return 0  # every partition starts again from its checkpoint: these are read again
