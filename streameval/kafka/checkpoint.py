@@ -81,8 +81,8 @@ class Transactions:
     def send_dead_letter(
         self, topic: str, value: bytes | None, key: bytes | None, headers: Headers, limit: int
     ) -> None:
-        """As :meth:`send`; kafka-python's producer closes a batch before it would pass the
-        topic's limit."""
+        """As :meth:`send`: a batch of them that the broker refuses as too large, kafka-python's
+        sender splits and sends again (``Sender._can_split``)."""
         self.send(topic, value, key, headers=headers)
 
     def send_many(self, topic: str, partition: int, entries: Iterable[tuple[bytes, bytes | None]]) -> int:
