@@ -119,10 +119,11 @@ def _add_simulation_flags(group: argparse._ArgumentGroup, rate: float, regress_d
 
 
 def _build() -> str:
-    """How this install runs its per-record modules (README, Performance: "A compiled install")."""
-    from streameval import join
+    """How this install runs its per-record work (README, Performance: compiled install, native core)."""
+    from streameval import join, native
 
-    return "pure Python" if (join.__file__ or "").endswith(".py") else "compiled with mypyc"
+    modules = "pure Python" if (join.__file__ or "").endswith(".py") else "compiled with mypyc"
+    return f"{modules}, {native.describe()}"
 
 
 def _parser() -> argparse.ArgumentParser:

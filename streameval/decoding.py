@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from streameval import native
 from streameval.config import Settings, format_duration
 from streameval.mapping import EventMapping, ImpressionMapping, Path, PathError, lookup
 from streameval.records import (
@@ -29,8 +30,6 @@ from streameval.records import (
     _item_id,
     _load,
     _string,
-    decode_event_fields,
-    decode_impression_fields,
     label_text,
     parse_ts,
 )
@@ -233,6 +232,9 @@ class Decoder:
         self.max_future = settings.max_future
         self.clock = clock
         mapping = settings.input
+        # the native fast paths where installed (the same fields and rejections)
+        self._impression_fields = native.impression_decoder(settings.group_by)
+        self._event_fields = native.event_decoder(settings.grades)
         self._impressions = None
         if mapping.impressions is not None:
             self._impressions = MappedImpressions(mapping.impressions, settings.group_by)
@@ -244,7 +246,7 @@ class Decoder:
 
     def impression(self, raw: bytes | str, kafka_ts: float | None = None) -> ImpressionFields | Rejection:
         if self._impressions is None:
-            fields = decode_impression_fields(raw, self.group_by)
+            fields = self._impression_fields(raw)
         else:
             fields = self._impressions(raw, kafka_ts)
         if type(fields) is Rejection or self.clock is None:
@@ -256,7 +258,7 @@ class Decoder:
     ) -> EventFields | Rejection | Ignored:
         default_type = self.topic_types.get(topic)
         if self._events is None:
-            fields: Any = decode_event_fields(raw, self.grades, default_type)
+            fields: Any = self._event_fields(raw, default_type)
         else:
             fields = self._events(raw, default_type, kafka_ts)
         if type(fields) is not tuple or self.clock is None:

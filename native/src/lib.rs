@@ -1,0 +1,426 @@
+//! streameval's optional native core: the per-record work that is a pure function of a
+//! record's bytes, in compiled code.
+//!
+//! The pure-Python core stays the reference. Each function here returns exactly what its
+//! Python counterpart returns, or None where it leaves the record to the Python code (anything
+//! unusual: a record to reject, a field of an unexpected type, a duplicated key). It never
+//! decides a rejection, so a record is rejected, with the same reason, by the same Python code
+//! with or without it. `tests/test_native.py` holds the two equal (property tests).
+//!
+//! - `impression(raw, group_by)` and `event(raw, grades, default_type)`: the fast paths of
+//!   `streameval.records.decode_impression_fields` and `decode_event_fields`. A `ts` given as a
+//!   string comes back as that string, for the caller to read as the Python fast path does.
+//! - `murmur2(data)` and `Placement(partitions).partition_of(query_id)`: Kafka's murmur2, as
+//!   `streameval.kafka.placement`.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyFloat, PyList, PyString, PyTuple};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+
+/// The label of a group field that is absent or null (`streameval.records.UNKNOWN_GROUP`).
+const UNKNOWN_GROUP: &str = "unknown";
+
+/// A top-level value of a record, as far as the fast paths look into it.
+enum Val<'a> {
+    Null,
+    Str(Cow<'a, str>),
+    I64(i64),
+    U64(u64),
+    F64(f64),
+    /// an array of scalars (items); an element that is an array or object is `Other`
+    Arr(Vec<Val<'a>>),
+    /// anything else: a boolean, an object, an array inside an array
+    Other,
+}
+
+struct ValVisitor {
+    /// whether an array here is read element by element (top level) or skipped (nested)
+    top: bool,
+}
+
+impl<'de> Visitor<'de> for ValVisitor {
+    type Value = Val<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_unit<E>(self) -> Result<Val<'de>, E> {
+        Ok(Val::Null)
+    }
+    fn visit_none<E>(self) -> Result<Val<'de>, E> {
+        Ok(Val::Null)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Val<'de>, E> {
+        Ok(Val::Other)
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Val<'de>, E> {
+        Ok(Val::I64(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Val<'de>, E> {
+        Ok(Val::U64(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Val<'de>, E> {
+        Ok(Val::F64(v))
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Val<'de>, E> {
+        Ok(Val::Str(Cow::Borrowed(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Val<'de>, E> {
+        Ok(Val::Str(Cow::Owned(v.to_owned())))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Val<'de>, E> {
+        Ok(Val::Str(Cow::Owned(v)))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Val<'de>, A::Error> {
+        if !self.top {
+            while seq.next_element::<Skip>()?.is_some() {}
+            return Ok(Val::Other);
+        }
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(16));
+        while let Some(v) = seq.next_element_seed(ValSeed { top: false })? {
+            out.push(v);
+        }
+        Ok(Val::Arr(out))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Val<'de>, A::Error> {
+        while map.next_entry::<Skip, Skip>()?.is_some() {}
+        Ok(Val::Other)
+    }
+}
+
+/// A value read whole and dropped. Not serde's `IgnoredAny`: serde_json skips an ignored value
+/// without checking what orjson checks (a lone surrogate escape, a number too large for a
+/// double), so a record orjson rejects would pass.
+struct Skip;
+
+impl<'de> de::Deserialize<'de> for Skip {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Skip, D::Error> {
+        struct SkipVisitor;
+        impl<'de> Visitor<'de> for SkipVisitor {
+            type Value = Skip;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_unit<E>(self) -> Result<Skip, E> {
+                Ok(Skip)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Skip, E> {
+                Ok(Skip)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Skip, E> {
+                Ok(Skip)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Skip, E> {
+                Ok(Skip)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Skip, E> {
+                Ok(Skip)
+            }
+            fn visit_borrowed_str<E>(self, _: &'de str) -> Result<Skip, E> {
+                Ok(Skip)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Skip, E> {
+                Ok(Skip)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Skip, A::Error> {
+                while seq.next_element::<Skip>()?.is_some() {}
+                Ok(Skip)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Skip, A::Error> {
+                while map.next_entry::<Skip, Skip>()?.is_some() {}
+                Ok(Skip)
+            }
+        }
+        d.deserialize_any(SkipVisitor)
+    }
+}
+
+struct ValSeed {
+    top: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for ValSeed {
+    type Value = Val<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Val<'de>, D::Error> {
+        d.deserialize_any(ValVisitor { top: self.top })
+    }
+}
+
+/// A key of the top-level object, borrowed when it has no escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> de::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+/// The values of the wanted keys of a top-level JSON object; None when the text is not one
+/// object (with nothing but blanks after it) or names a wanted key twice.
+struct Picked<'a> {
+    values: Vec<Option<Val<'a>>>,
+}
+
+struct PickVisitor<'k> {
+    wanted: &'k [&'k str],
+}
+
+impl<'de> Visitor<'de> for PickVisitor<'_> {
+    type Value = Option<Picked<'de>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut values: Vec<Option<Val<'de>>> = (0..self.wanted.len()).map(|_| None).collect();
+        let mut twice = false;
+        while let Some(Key(key)) = map.next_key::<Key>()? {
+            match self.wanted.iter().position(|w| *w == key) {
+                Some(i) => {
+                    let v = map.next_value_seed(ValSeed { top: true })?;
+                    twice |= values[i].is_some();
+                    values[i] = Some(v);
+                }
+                None => {
+                    map.next_value::<Skip>()?;
+                }
+            }
+        }
+        Ok(if twice { None } else { Some(Picked { values }) })
+    }
+}
+
+fn pick<'a>(text: &'a str, wanted: &[&str]) -> Option<Picked<'a>> {
+    let mut d = serde_json::Deserializer::from_str(text);
+    let picked = d.deserialize_map(PickVisitor { wanted }).ok()??;
+    d.end().ok()?;
+    Some(picked)
+}
+
+impl<'a> Picked<'a> {
+    fn take(&mut self, i: usize) -> Option<Val<'a>> {
+        self.values[i].take()
+    }
+}
+
+/// The text of a record given as bytes or str; None when it is not UTF-8 (orjson rejects it).
+fn text_of<'py>(raw: &'py Bound<'py, PyAny>) -> Option<Cow<'py, str>> {
+    if let Ok(b) = raw.cast::<PyBytes>() {
+        return std::str::from_utf8(b.as_bytes()).ok().map(Cow::Borrowed);
+    }
+    if let Ok(s) = raw.cast::<PyString>() {
+        return s.to_cow().ok();
+    }
+    None
+}
+
+/// `ts` as the fast paths take it: a number (as a float) or a string (left to the caller).
+/// A negative zero is left to Python: serde_json reads `-0` as -0.0, orjson as the integer 0.
+fn ts_object<'py>(py: Python<'py>, v: Option<Val>) -> Option<Bound<'py, PyAny>> {
+    Some(match v? {
+        Val::F64(f) if f == 0.0 && f.is_sign_negative() => return None,
+        Val::F64(f) => PyFloat::new(py, f).into_any(),
+        Val::I64(i) => PyFloat::new(py, i as f64).into_any(),
+        Val::U64(u) => PyFloat::new(py, u as f64).into_any(),
+        Val::Str(s) => PyString::new(py, &s).into_any(),
+        _ => return None,
+    })
+}
+
+fn string<'py>(py: Python<'py>, v: Option<Val>) -> Option<Bound<'py, PyString>> {
+    match v? {
+        Val::Str(s) => Some(PyString::new(py, &s)),
+        _ => None,
+    }
+}
+
+/// An item id: a string, or an integer as its decimal text (`str(5)` is `"5"`).
+fn item_id<'py>(py: Python<'py>, v: Val) -> Option<Bound<'py, PyString>> {
+    match v {
+        Val::Str(s) => Some(PyString::new(py, &s)),
+        Val::I64(i) => Some(PyString::new(py, &i.to_string())),
+        Val::U64(u) => Some(PyString::new(py, &u.to_string())),
+        _ => None,
+    }
+}
+
+const IMPRESSION_KEYS: [&str; 3] = ["query_id", "ts", "items"];
+
+/// `(query_id, ts, items, group)` of a well-formed impression, as the fast path of
+/// `decode_impression_fields` gives it (`ts` a float, or the string it was), else None.
+#[pyfunction]
+fn impression<'py>(
+    py: Python<'py>,
+    raw: &Bound<'py, PyAny>,
+    group_by: &Bound<'py, PyTuple>,
+) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    let Some(text) = text_of(raw) else { return Ok(None) };
+    let mut held = Vec::with_capacity(group_by.len());
+    for name in group_by.iter() {
+        held.push(name.cast_into::<PyString>()?);
+    }
+    let mut names: Vec<&str> = Vec::with_capacity(held.len());
+    for name in &held {
+        names.push(name.to_str()?);
+    }
+    // the wanted keys, each once: a group field may share a name with another field
+    let mut wanted: Vec<&str> = IMPRESSION_KEYS.to_vec();
+    let mut slot_of_label = Vec::with_capacity(names.len());
+    for name in &names {
+        let slot = match wanted.iter().position(|w| w == name) {
+            Some(i) => i,
+            None => {
+                wanted.push(name);
+                wanted.len() - 1
+            }
+        };
+        slot_of_label.push(slot);
+    }
+    let Some(mut picked) = pick(&text, &wanted) else { return Ok(None) };
+    // labels first: a label may read the same value as query_id or ts
+    let mut labels = Vec::with_capacity(names.len());
+    for &slot in &slot_of_label {
+        labels.push(match &picked.values[slot] {
+            None | Some(Val::Null) => PyString::new(py, UNKNOWN_GROUP),
+            Some(Val::Str(s)) => PyString::new(py, s),
+            Some(_) => return Ok(None),
+        });
+    }
+    let Some(query_id) = string(py, picked.take(0)) else { return Ok(None) };
+    let Some(ts) = ts_object(py, picked.take(1)) else { return Ok(None) };
+    let Some(Val::Arr(values)) = picked.take(2) else { return Ok(None) };
+    if values.is_empty() {
+        return Ok(None);
+    }
+    let mut items = Vec::with_capacity(values.len());
+    for v in values {
+        let Some(id) = item_id(py, v) else { return Ok(None) };
+        items.push(id);
+    }
+    let items = PyList::new(py, items)?;
+    let group = PyTuple::new(py, labels)?;
+    Ok(Some(PyTuple::new(py, [query_id.into_any(), ts, items.into_any(), group.into_any()])?))
+}
+
+const EVENT_KEYS: [&str; 5] = ["query_id", "item", "type", "ts", "event_id"];
+
+/// `(query_id, item, type, ts, event_id)` of a well-formed event whose type has a grade, as
+/// the fast path of `decode_event_fields` gives it (`ts` a float, or the string it was), else
+/// None. `default_type` stands for an absent or null `type`.
+#[pyfunction]
+#[pyo3(signature = (raw, grades, default_type=None))]
+fn event<'py>(
+    py: Python<'py>,
+    raw: &Bound<'py, PyAny>,
+    grades: &Bound<'py, PyAny>,
+    default_type: Option<Bound<'py, PyString>>,
+) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    let Some(text) = text_of(raw) else { return Ok(None) };
+    let Some(mut picked) = pick(&text, &EVENT_KEYS) else { return Ok(None) };
+    let Some(query_id) = string(py, picked.take(0)) else { return Ok(None) };
+    let Some(item) = picked.take(1).and_then(|v| item_id(py, v)) else { return Ok(None) };
+    let event_type = match picked.take(2) {
+        None | Some(Val::Null) => match default_type {
+            Some(t) => t,
+            None => return Ok(None),
+        },
+        Some(Val::Str(s)) => PyString::new(py, &s),
+        Some(_) => return Ok(None),
+    };
+    let Some(ts) = ts_object(py, picked.take(3)) else { return Ok(None) };
+    let event_id = match picked.take(4) {
+        None | Some(Val::Null) => py.None().into_bound(py),
+        Some(Val::Str(s)) => PyString::new(py, &s).into_any(),
+        Some(_) => return Ok(None),
+    };
+    if !grades.contains(&event_type)? {
+        return Ok(None);
+    }
+    Ok(Some(PyTuple::new(
+        py,
+        [query_id.into_any(), item.into_any(), event_type.into_any(), ts, event_id],
+    )?))
+}
+
+/// Kafka's murmur2 (`Utils.murmur2` of the Java client, seed 0x9747b28c).
+fn murmur2_of(data: &[u8]) -> u32 {
+    const M: u32 = 0x5bd1_e995;
+    let mut h: u32 = 0x9747_b28c ^ (data.len() as u32);
+    let mut chunks = data.chunks_exact(4);
+    for c in &mut chunks {
+        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> 24;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M) ^ k;
+    }
+    let tail = chunks.remainder();
+    if !tail.is_empty() {
+        if tail.len() == 3 {
+            h ^= (tail[2] as u32) << 16;
+        }
+        if tail.len() >= 2 {
+            h ^= (tail[1] as u32) << 8;
+        }
+        h ^= tail[0] as u32;
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^ (h >> 15)
+}
+
+#[pyfunction]
+fn murmur2(data: &[u8]) -> u32 {
+    murmur2_of(data)
+}
+
+/// The partition the default partitioner gives each query id, for a topic of `partitions`
+/// partitions: `toPositive(murmur2(key)) % partitions`, the key being the id's UTF-8 bytes.
+#[pyclass(frozen, module = "streameval_native")]
+struct Placement {
+    #[pyo3(get)]
+    partitions: u32,
+}
+
+#[pymethods]
+impl Placement {
+    #[new]
+    fn new(partitions: u32) -> PyResult<Self> {
+        if partitions == 0 {
+            return Err(PyValueError::new_err("a topic has at least one partition"));
+        }
+        Ok(Placement { partitions })
+    }
+
+    fn partition_of(&self, query_id: &str) -> u32 {
+        (murmur2_of(query_id.as_bytes()) & 0x7fff_ffff) % self.partitions
+    }
+}
+
+#[pymodule]
+fn streameval_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(impression, m)?)?;
+    m.add_function(wrap_pyfunction!(event, m)?)?;
+    m.add_function(wrap_pyfunction!(murmur2, m)?)?;
+    m.add_class::<Placement>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

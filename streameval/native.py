@@ -1,0 +1,89 @@
+"""The optional native core (README, Performance: "The native core"), where it is installed.
+
+``streameval_native`` is a compiled extension (Rust, built from ``native/`` of the source tree)
+with the per-record work that is a pure function of a record's bytes: the decoders' fast paths
+and Kafka's murmur2. It returns what the Python code returns, or None where it leaves a record
+to it, and never decides a rejection; the pure-Python core stays the reference
+(``tests/test_native.py`` holds the two equal). Without the extension, everything runs as
+before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from streameval.records import (
+    EventFields,
+    ImpressionFields,
+    Rejection,
+    _iso_with_offset,
+    decode_event_fields,
+    decode_impression_fields,
+)
+
+try:
+    import streameval_native as core
+except ImportError:  # not installed: the pure-Python core
+    core = None
+
+#: the installed extension's version, None without it
+VERSION: str | None = getattr(core, "__version__", None)
+
+
+def impression_decoder(
+    group_by: Sequence[str],
+) -> Callable[[bytes | str], ImpressionFields | Rejection]:
+    """:func:`~streameval.records.decode_impression_fields` for these group fields, through the
+    native fast path where it is installed."""
+    group_by = tuple(group_by)
+    if core is None:
+        return lambda raw: decode_impression_fields(raw, group_by)
+    fast = core.impression
+
+    def decode(raw: bytes | str) -> ImpressionFields | Rejection:
+        fields = fast(raw, group_by)
+        if fields is None:
+            return decode_impression_fields(raw, group_by)
+        if type(fields[1]) is str:  # ts as text: read as the Python fast path reads it
+            ts = _iso_with_offset(fields[1])
+            if ts is None:  # another form, or no time: the checked path decides
+                return decode_impression_fields(raw, group_by)
+            return fields[0], ts, fields[2], fields[3]
+        return fields
+
+    return decode
+
+
+def event_decoder(
+    grades: Mapping[str, float],
+) -> Callable[[bytes | str, str | None], EventFields | Rejection]:
+    """:func:`~streameval.records.decode_event_fields` for these grades, through the native
+    fast path where it is installed."""
+    if core is None:
+        return lambda raw, default_type: decode_event_fields(raw, grades, default_type)
+    fast = core.event
+
+    def decode(raw: bytes | str, default_type: str | None) -> EventFields | Rejection:
+        fields = fast(raw, grades, default_type)
+        if fields is None:
+            return decode_event_fields(raw, grades, default_type)
+        if type(fields[3]) is str:
+            ts = _iso_with_offset(fields[3])
+            if ts is None:
+                return decode_event_fields(raw, grades, default_type)
+            return fields[0], fields[1], fields[2], ts, fields[4]
+        return fields
+
+    return decode
+
+
+def placement(partitions: int) -> Any:
+    """The native ``Placement(partitions)`` (its ``partition_of(query_id)``), None without the
+    extension."""
+    return None if core is None else core.Placement(partitions)
+
+
+def describe() -> str:
+    """``native core <version>``, or ``no native core``, for ``streameval --version``."""
+    return "no native core" if VERSION is None else f"native core {VERSION}"
