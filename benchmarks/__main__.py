@@ -91,6 +91,8 @@ def machine() -> dict[str, Any]:
                 "ranx",
                 "confluent-kafka",
                 "quixstreams",
+                # the native core (README, Performance): every figure runs with it where installed
+                "streameval-native",
             )
         },
     }
