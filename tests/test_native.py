@@ -1,7 +1,7 @@
 """The native core (``native/``, README, Performance: "The native core") against the pure-Python
 core it stands in for: the same fields, the same rejections, the same partitions, for every input.
 
-Skipped where the extension is not installed, except under ``STREAMEVAL_TEST_NATIVE=1`` (set by
+Skipped where the extension is not installed, except under ``NATIVE_CORE_REQUIRED=1`` (set by
 ``.ci/run``, which builds and installs it), where its absence fails.
 """
 
@@ -21,8 +21,8 @@ from streameval.kafka.placement import murmur2
 from streameval.records import decode_event_fields, decode_impression_fields
 
 if native.core is None:
-    if os.environ.get("STREAMEVAL_TEST_NATIVE") == "1":
-        pytest.fail("STREAMEVAL_TEST_NATIVE=1 but streameval_native is not installed", pytrace=False)
+    if os.environ.get("NATIVE_CORE_REQUIRED") == "1":
+        pytest.fail("NATIVE_CORE_REQUIRED=1 but streameval_native is not installed", pytrace=False)
     pytest.skip("the native core (pip install ./native) is not installed", allow_module_level=True)
 
 GRADES = {"click": 1.0, "purchase": 2.0}
