@@ -244,8 +244,8 @@ class Settings:
         Key(
             KAFKA,
             "the client library of streameval run's consumer and checkpoint producer: kafka-python, or "
-            "confluent-kafka (librdkafka, faster; pip install 'streameval[confluent]'; needs a broker "
-            "with KIP-848, Kafka 4.0+; README, Guarantees)",
+            "confluent-kafka (librdkafka, faster; pip install 'streameval[confluent]'; KIP-848 on Kafka "
+            "4.0+, else the classic protocol; README, Guarantees)",
             validate.choice("kafka-python", "confluent-kafka"),
         ),
     )

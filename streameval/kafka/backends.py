@@ -39,8 +39,9 @@ class Librdkafka(Backend):
 
     def consumer(self, settings: Settings) -> Consumer:
         from streameval.kafka.librdkafka import LibrdkafkaConsumer
+        from streameval.kafka.protocols import broker_protocol
 
-        return LibrdkafkaConsumer(settings)
+        return LibrdkafkaConsumer(settings, broker_protocol(settings))
 
     def transactions(self, settings: Settings, txn_id: str, timeout_ms: int) -> CheckpointProducer:
         from streameval.kafka.rdproducer import LibrdkafkaTransactions

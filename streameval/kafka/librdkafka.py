@@ -5,11 +5,11 @@ and settings on librdkafka, which reads records in C (its checkpoint producer:
 Only the two clients on the path of every record are librdkafka's; the changelog reader, the
 admin requests at start-up and the detectors' minutes reader stay kafka-python's (they run at
 start, on a restore and once a minute). The consumer joins the group with the consumer
-protocol of KIP-848 (``group.protocol = consumer``) and the broker's ``range`` assignor: the
-broker gives partition p of every co-partitioned input to one member, revocations are
-incremental, and a member acknowledges a revocation only once its listener has returned -- after
-the checkpoint of what it gives up, as kafka-python's cooperative protocol does. It needs a broker
-with KIP-848 (Apache Kafka 4.0 or later).
+protocol of KIP-848 (``group.protocol = consumer``) and the broker's ``range`` assignor where the
+broker has it (Kafka 4.0+), else with the classic protocol and eager range assignment
+(:mod:`~streameval.kafka.protocols`): either way partition p of every co-partitioned input goes
+to one member, and a member lets a partition go only once its listener has returned -- after
+the checkpoint of what it gives up, as kafka-python's cooperative protocol does.
 
 Errors of librdkafka are raised as ``kafka.errors.KafkaError``, as the interface says
 (:mod:`~streameval.kafka.client`); its records are handed on as :class:`Record`.
@@ -27,6 +27,7 @@ from kafka.errors import KafkaError, KafkaTimeoutError
 
 from streameval.config import Settings
 from streameval.errors import ConfigError, InputError
+from streameval.kafka import protocols
 from streameval.kafka.client import Listed
 
 try:  # the optional extra: streameval[confluent]
@@ -57,12 +58,8 @@ _RENAMED = {
 }
 #: [kafka] keys of kafka-python that librdkafka has no use for (dropped)
 _KAFKA_PYTHON_ONLY = {"max_poll_records", "enable_incremental_fetch_sessions", "api_version", "max_block_ms"}
-#: consumer settings of the group protocol that the consumer protocol (KIP-848) leaves to the
-#: broker; and static membership: under KIP-848 a restarted member with the instance id of one
-#: killed is refused (UNRELEASED_INSTANCE_ID, fatal in librdkafka) until the broker's session
-#: timeout expires the old one -- it then waits as long without it, so the id only names the
-#: transactional id
-_BROKER_SIDE = {"session_timeout_ms", "heartbeat_interval_ms", "group_instance_id"}
+#: consumer settings of the classic group protocol (not used under KIP-848: protocols.py)
+_BROKER_SIDE = protocols.CLASSIC_ONLY
 _CONSUMER_ONLY = {
     "fetch_max_wait_ms",
     "fetch_min_bytes",
@@ -184,21 +181,14 @@ class AdminOffsets:
 class LibrdkafkaConsumer:
     """The loop's group consumer (:class:`~streameval.kafka.client.Consumer`) on librdkafka."""
 
-    def __init__(self, settings: Settings) -> None:
-        table = settings.kafka
-        ignored = sorted(k for k in table if k in _BROKER_SIDE)
-        if ignored:
-            log.info(
-                "kafka: %s not used by the consumer with kafka_client = confluent-kafka (KIP-848)", ignored
-            )
+    def __init__(self, settings: Settings, protocol: str = protocols.CONSUMER) -> None:
         config = {
             **common_config(settings),
             "group.id": settings.group_id,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
-            "group.protocol": "consumer",
             # partition p of every co-partitioned input on one member (README, Guarantees)
-            "group.remote.assignor": "range",
+            **protocols.consumer_config(protocol),
             "max.poll.interval.ms": 30_000,
             "topic.metadata.refresh.interval.ms": 30_000,
             "isolation.level": "read_committed",
@@ -207,8 +197,9 @@ class LibrdkafkaConsumer:
             # by default): on a backlog the loop drains the queue much sooner and then waited
             # for records; measured, figure 2's run took 30% longer (README, Performance)
             "fetch.queue.backoff.ms": 20,
-            **librdkafka_config(settings, _PRODUCER_ONLY | _BROKER_SIDE),
+            **librdkafka_config(settings, _PRODUCER_ONLY | protocols.unused(protocol, settings.kafka)),
         }
+        self.protocol = protocol
         self.consumer = connect("consumer", ck.Consumer, config)
         try:  # librdkafka connects lazily: reach the brokers now, as kafka-python's client does
             self.consumer.list_topics(timeout=BOOTSTRAP_TIMEOUT_S)
