@@ -19,20 +19,23 @@ def test_prometheus_scrapes_the_demo_and_evaluates_the_rules(tmp_path, demos) ->
     rules = sorted(str(p) for p in (ROOT / "deploy" / "prometheus" / "rules").glob("*.yml"))
     prometheus = Prometheus(tmp_path, demo.port, rules, free_port())
     try:
+        # the demo's groups fill up as it runs: wait until each has a MAP and a standard error
+        # of a few queries' worth (a group of one query has none, one of three a large one)
         deadline = time.monotonic() + 60
-        same = None
+        same: list = []
+        errors: list = []
         while time.monotonic() < deadline:
             time.sleep(1)
             try:
                 same = prometheus.query('window_group:streameval_metric:mean{metric="map",window="1h"}')
+                errors = prometheus.query('window_group:streameval_metric:stderr{metric="map",window="1h"}')
             except OSError:
                 continue
-            if len(same) >= 6:
+            if len(same) >= 6 and len(errors) >= 6 and all(0 < float(s["value"][1]) < 0.1 for s in errors):
                 break
         assert same and len(same) >= 6, prometheus.log.read_text()[-2000:]
         assert all(0.1 < float(series["value"][1]) < 1 for series in same), same
-        errors = prometheus.query("window_group:streameval_metric:stderr")
-        assert errors and all(0 < float(s["value"][1]) < 0.1 for s in errors)
+        assert len(errors) >= 6 and all(0 < float(s["value"][1]) < 0.1 for s in errors), errors
         alerts = prometheus.query('ALERTS{alertname="StreamevalVariantBelowControl"}')
         assert {s["metric"]["model"] for s in alerts} <= {"candidate-a", "candidate-b"}
     finally:

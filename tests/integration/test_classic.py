@@ -19,7 +19,12 @@ from kafka.admin import KafkaAdminClient
 
 from streameval.kafka.protocols import CLASSIC, protocol_for
 from tests.integration.conftest import Daemon, Topics, _reachable, value
-from tests.integration.test_daemon import assert_metrics_equal_replay, replay_report, settled_with_flush
+from tests.integration.test_daemon import (
+    assert_metrics_equal_replay,
+    produce_flush,
+    replay_report,
+    settled_with_flush,
+)
 from tests.integration.test_recovery import Feed, config_with_kafka, live_log, owned
 
 pytestmark = pytest.mark.integration
@@ -65,7 +70,7 @@ def test_members_joining_killed_and_leaving_under_eager_rebalances_end_exact(
     daemons.append(a)
     a.wait_until(lambda m: value(m, "streameval_ready") == 1 and len(owned(m)) == 4, what="a holds all")
     assert "classic protocol" in a.output()
-    feed = Feed(topics, impressions, events, seconds=24, flush=True)
+    feed = Feed(topics, impressions, events, seconds=24)
     feed.start()
     a.wait_until(lambda m: value(m, "streameval_records_consumed_total") >= 0.15 * total, what="a consumed")
     b = Daemon(configs[1])  # joins: every partition revoked, two of them assigned to b
@@ -82,6 +87,9 @@ def test_members_joining_killed_and_leaving_under_eager_rebalances_end_exact(
     time.sleep(1.0)
     assert c.stop(signal.SIGTERM) == 0
     feed.join()
+    # flush once a holds everything again (test_recovery says why)
+    a.wait_until(lambda m: len(owned(m)) == 4, timeout=120, what="a holds all four")
+    produce_flush(topics)
     metrics = a.wait_until(
         settled_with_flush(topics, total), timeout=150, what="a settled everything after b and c"
     )
