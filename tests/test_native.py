@@ -92,7 +92,7 @@ def _texts(obj: dict) -> list[bytes | str]:
     ]
 
 
-@hypothesis_settings(max_examples=1500, deadline=None)
+@hypothesis_settings(max_examples=500, deadline=None)
 @given(st.dictionaries(st.sampled_from(_fields), _values))
 @example({"query_id": "q", "ts": 1767225600.25, "items": ["a", 5, "c"], "model": "m"})
 @example({"query_id": "q", "ts": 2**64 - 1, "items": [2**63, -(2**63)], "model": None, "surface": "s"})
@@ -107,7 +107,7 @@ _good = orjson.dumps(
 )
 
 
-@hypothesis_settings(max_examples=1500, deadline=None)
+@hypothesis_settings(max_examples=500, deadline=None)
 @given(st.integers(0, len(_good)), st.integers(0, 3), st.binary(min_size=0, max_size=3))
 def test_damaged_records_decode_as_in_python(at, cut, insert) -> None:
     check(_good[:at] + insert + _good[at + cut :])
