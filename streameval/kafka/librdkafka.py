@@ -199,7 +199,6 @@ class LibrdkafkaConsumer:
             "fetch.queue.backoff.ms": 20,
             **librdkafka_config(settings, _PRODUCER_ONLY | protocols.unused(protocol, settings.kafka)),
         }
-        self.protocol = protocol
         self.consumer = connect("consumer", ck.Consumer, config)
         try:  # librdkafka connects lazily: reach the brokers now, as kafka-python's client does
             self.consumer.list_topics(timeout=BOOTSTRAP_TIMEOUT_S)
