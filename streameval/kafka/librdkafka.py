@@ -58,8 +58,6 @@ _RENAMED = {
 }
 #: [kafka] keys of kafka-python that librdkafka has no use for (dropped)
 _KAFKA_PYTHON_ONLY = {"max_poll_records", "enable_incremental_fetch_sessions", "api_version", "max_block_ms"}
-#: consumer settings of the classic group protocol (not used under KIP-848: protocols.py)
-_BROKER_SIDE = protocols.CLASSIC_ONLY
 _CONSUMER_ONLY = {
     "fetch_max_wait_ms",
     "fetch_min_bytes",
@@ -84,7 +82,7 @@ _PRODUCER_ONLY = {
 }
 
 #: [kafka] keys the producer leaves out
-PRODUCER_EXCLUDE = _CONSUMER_ONLY | _BROKER_SIDE
+PRODUCER_EXCLUDE = _CONSUMER_ONLY | protocols.CLASSIC_ONLY
 
 
 def available() -> bool:
@@ -211,7 +209,7 @@ class LibrdkafkaConsumer:
         self._listener: Any = None
         self._paused: set[TopicPartition] = set()
         self._admin_config = common_config(settings) | librdkafka_config(
-            settings, _PRODUCER_ONLY | _BROKER_SIDE | _CONSUMER_ONLY
+            settings, _PRODUCER_ONLY | protocols.CLASSIC_ONLY | _CONSUMER_ONLY
         )
         self._admin: Any = None  # for the end offsets: made when first asked
 
