@@ -39,10 +39,10 @@ def impression_decoder(
     group_by = tuple(group_by)
     if core is None:
         return lambda raw: decode_impression_fields(raw, group_by)
-    fast = core.impression
+    fast = core.Impressions(group_by).decode
 
     def decode(raw: bytes | str) -> ImpressionFields | Rejection:
-        fields = fast(raw, group_by)
+        fields = fast(raw)
         if fields is None:
             return decode_impression_fields(raw, group_by)
         if type(fields[1]) is str:  # ts as text: read as the Python fast path reads it

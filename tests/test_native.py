@@ -159,7 +159,7 @@ def test_group_fields_may_share_a_name_with_other_fields() -> None:
 
 def test_a_record_takes_the_native_path() -> None:
     # the common record must not fall back to the Python code, or the core saves nothing
-    assert native.core.impression(_good, GROUP_BY) is not None
+    assert native.core.Impressions(GROUP_BY).decode(_good) is not None
     assert native.core.event(_good, GRADES, None) is not None
 
 

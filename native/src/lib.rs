@@ -7,7 +7,7 @@
 //! decides a rejection, so a record is rejected, with the same reason, by the same Python code
 //! with or without it. `tests/test_native.py` holds the two equal (property tests).
 //!
-//! - `impression(raw, group_by)` and `event(raw, grades, default_type)`: the fast paths of
+//! - `Impressions(group_by).decode(raw)` and `event(raw, grades, default_type)`: the fast paths of
 //!   `streameval.records.decode_impression_fields` and `decode_event_fields`. A `ts` given as a
 //!   string comes back as that string, for the caller to read as the Python fast path does.
 //! - `murmur2(data)` and `Placement(partitions).partition_of(query_id)`: Kafka's murmur2, as
@@ -178,11 +178,11 @@ struct Picked<'a> {
     values: Vec<Option<Val<'a>>>,
 }
 
-struct PickVisitor<'k> {
-    wanted: &'k [&'k str],
+struct PickVisitor<'k, S> {
+    wanted: &'k [S],
 }
 
-impl<'de> Visitor<'de> for PickVisitor<'_> {
+impl<'de, S: AsRef<str>> Visitor<'de> for PickVisitor<'_, S> {
     type Value = Option<Picked<'de>>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -192,7 +192,7 @@ impl<'de> Visitor<'de> for PickVisitor<'_> {
         let mut values: Vec<Option<Val<'de>>> = (0..self.wanted.len()).map(|_| None).collect();
         let mut twice = false;
         while let Some(Key(key)) = map.next_key::<Key>()? {
-            match self.wanted.iter().position(|w| *w == key) {
+            match self.wanted.iter().position(|w| w.as_ref() == key) {
                 Some(i) => {
                     let v = map.next_value_seed(ValSeed { top: true })?;
                     twice |= values[i].is_some();
@@ -207,7 +207,7 @@ impl<'de> Visitor<'de> for PickVisitor<'_> {
     }
 }
 
-fn pick<'a>(text: &'a str, wanted: &[&str]) -> Option<Picked<'a>> {
+fn pick<'a, S: AsRef<str>>(text: &'a str, wanted: &[S]) -> Option<Picked<'a>> {
     let mut d = serde_json::Deserializer::from_str(text);
     let picked = d.deserialize_map(PickVisitor { wanted }).ok()??;
     d.end().ok()?;
@@ -263,60 +263,63 @@ fn item_id<'py>(py: Python<'py>, v: Val) -> Option<Bound<'py, PyString>> {
 
 const IMPRESSION_KEYS: [&str; 3] = ["query_id", "ts", "items"];
 
-/// `(query_id, ts, items, group)` of a well-formed impression, as the fast path of
-/// `decode_impression_fields` gives it (`ts` a float, or the string it was), else None.
-#[pyfunction]
-fn impression<'py>(
-    py: Python<'py>,
-    raw: &Bound<'py, PyAny>,
-    group_by: &Bound<'py, PyTuple>,
-) -> PyResult<Option<Bound<'py, PyTuple>>> {
-    let Some(text) = text_of(raw) else { return Ok(None) };
-    let mut held = Vec::with_capacity(group_by.len());
-    for name in group_by.iter() {
-        held.push(name.cast_into::<PyString>()?);
+/// The impressions' fast path for one set of group fields: the keys it reads, each once (a
+/// group field may share a name with another field), and where each label's value is among
+/// them -- worked out once, not per record.
+#[pyclass(frozen, module = "streameval_native")]
+struct Impressions {
+    wanted: Vec<String>,
+    slot_of_label: Vec<usize>,
+}
+
+#[pymethods]
+impl Impressions {
+    #[new]
+    fn new(group_by: Vec<String>) -> Self {
+        let mut wanted: Vec<String> = IMPRESSION_KEYS.iter().map(|k| k.to_string()).collect();
+        let mut slot_of_label = Vec::with_capacity(group_by.len());
+        for name in group_by {
+            let slot = match wanted.iter().position(|w| *w == name) {
+                Some(i) => i,
+                None => {
+                    wanted.push(name);
+                    wanted.len() - 1
+                }
+            };
+            slot_of_label.push(slot);
+        }
+        Impressions { wanted, slot_of_label }
     }
-    let mut names: Vec<&str> = Vec::with_capacity(held.len());
-    for name in &held {
-        names.push(name.to_str()?);
+
+    /// `(query_id, ts, items, group)` of a well-formed impression, as the fast path of
+    /// `decode_impression_fields` gives it (`ts` a float, or the string it was), else None.
+    fn decode<'py>(&self, py: Python<'py>, raw: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let Some(text) = text_of(raw) else { return Ok(None) };
+        let Some(mut picked) = pick(&text, &self.wanted) else { return Ok(None) };
+        // labels first: a label may read the same value as query_id or ts
+        let mut labels = Vec::with_capacity(self.slot_of_label.len());
+        for &slot in &self.slot_of_label {
+            labels.push(match &picked.values[slot] {
+                None | Some(Val::Null) => PyString::new(py, UNKNOWN_GROUP),
+                Some(Val::Str(s)) => PyString::new(py, s),
+                Some(_) => return Ok(None),
+            });
+        }
+        let Some(query_id) = string(py, picked.take(0)) else { return Ok(None) };
+        let Some(ts) = ts_object(py, picked.take(1)) else { return Ok(None) };
+        let Some(Val::Arr(values)) = picked.take(2) else { return Ok(None) };
+        if values.is_empty() {
+            return Ok(None);
+        }
+        let mut items = Vec::with_capacity(values.len());
+        for v in values {
+            let Some(id) = item_id(py, v) else { return Ok(None) };
+            items.push(id);
+        }
+        let items = PyList::new(py, items)?;
+        let group = PyTuple::new(py, labels)?;
+        Ok(Some(PyTuple::new(py, [query_id.into_any(), ts, items.into_any(), group.into_any()])?))
     }
-    // the wanted keys, each once: a group field may share a name with another field
-    let mut wanted: Vec<&str> = IMPRESSION_KEYS.to_vec();
-    let mut slot_of_label = Vec::with_capacity(names.len());
-    for name in &names {
-        let slot = match wanted.iter().position(|w| w == name) {
-            Some(i) => i,
-            None => {
-                wanted.push(name);
-                wanted.len() - 1
-            }
-        };
-        slot_of_label.push(slot);
-    }
-    let Some(mut picked) = pick(&text, &wanted) else { return Ok(None) };
-    // labels first: a label may read the same value as query_id or ts
-    let mut labels = Vec::with_capacity(names.len());
-    for &slot in &slot_of_label {
-        labels.push(match &picked.values[slot] {
-            None | Some(Val::Null) => PyString::new(py, UNKNOWN_GROUP),
-            Some(Val::Str(s)) => PyString::new(py, s),
-            Some(_) => return Ok(None),
-        });
-    }
-    let Some(query_id) = string(py, picked.take(0)) else { return Ok(None) };
-    let Some(ts) = ts_object(py, picked.take(1)) else { return Ok(None) };
-    let Some(Val::Arr(values)) = picked.take(2) else { return Ok(None) };
-    if values.is_empty() {
-        return Ok(None);
-    }
-    let mut items = Vec::with_capacity(values.len());
-    for v in values {
-        let Some(id) = item_id(py, v) else { return Ok(None) };
-        items.push(id);
-    }
-    let items = PyList::new(py, items)?;
-    let group = PyTuple::new(py, labels)?;
-    Ok(Some(PyTuple::new(py, [query_id.into_any(), ts, items.into_any(), group.into_any()])?))
 }
 
 const EVENT_KEYS: [&str; 5] = ["query_id", "item", "type", "ts", "event_id"];
@@ -417,7 +420,7 @@ impl Placement {
 
 #[pymodule]
 fn streameval_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(impression, m)?)?;
+    m.add_class::<Impressions>()?;
     m.add_function(wrap_pyfunction!(event, m)?)?;
     m.add_function(wrap_pyfunction!(murmur2, m)?)?;
     m.add_class::<Placement>()?;
