@@ -54,6 +54,12 @@ class FakeConsumer:
         self.closed = False
         #: partitions whose fetches bring nothing for now (as during a rebalance or a slow fetch)
         self.stalled: set[TopicPartition] = set()
+        #: eager rebalances (as librdkafka's classic protocol): each revokes the whole assignment
+        #: and assigns the next generation's whole assignment
+        self.eager = False
+        self.generation = ("member-1", 0)
+        self.generations_missed = 0  # by the next rebalance (as a member too slow to rejoin)
+        self.rejoin_as: str | None = None  # the member id the next rebalance gives (its session ended)
 
     # what the loop calls
     def subscribe(self, topics: list[str], listener: Any) -> None:
@@ -111,11 +117,14 @@ class FakeConsumer:
             return {}
         if self.next_rebalance is not None:
             target, self.next_rebalance = self.next_rebalance, None
-            revoked = self.assigned - target
+            revoked = set(self.assigned) if self.eager else self.assigned - target
             if revoked:
                 self.listener.on_partitions_revoked(revoked)
+            member, generation = self.generation
+            self.generation = (self.rejoin_as or member, generation + 1 + self.generations_missed)
+            self.generations_missed, self.rejoin_as = 0, None
             self.assigned = set(target)
-            self.listener.on_partitions_assigned(target - revoked)
+            self.listener.on_partitions_assigned(target if self.eager else target - revoked)
             return {}
         out = {}
         for tp in sorted(self.assigned):
@@ -137,6 +146,9 @@ class FakeConsumer:
 
     def known_position(self, tp: TopicPartition) -> int | None:
         return None
+
+    def eager_generation(self) -> tuple[str, int] | None:
+        return self.generation if self.eager else None
 
     # what the tests call
     def rebalance(self, assignment: set[TopicPartition]) -> None:
@@ -216,6 +228,7 @@ class FakeRestorer:
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.restoring: set[int] = set()
+        self.started: list[int] = []  # every partition whose restore started, in order
         self.offsets_unavailable = 0  # how many committed() calls fail before one answers
 
     def committed(self, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
@@ -231,6 +244,7 @@ class FakeRestorer:
 
     def start(self, partitions: list[int]) -> None:
         self.restoring.update(partitions)
+        self.started += partitions
 
     def cancel(self, partitions: list[int]) -> None:
         self.restoring.difference_update(partitions)

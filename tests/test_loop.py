@@ -148,6 +148,73 @@ def test_partitions_given_up_are_checkpointed_before_they_are_dropped() -> None:
     assert loop.rebalanced is Rebalanced.NOTHING and loop.ready
 
 
+def _eager_loop(cluster: Cluster):
+    """A loop whose consumer rebalances eagerly (librdkafka's classic protocol), holding 0 and 1
+    after the queries written so far."""
+    loop, consumer, transactions, restorer = make_loop(cluster)
+    consumer.eager = True
+    assign(loop, consumer, 0, 1)
+    rounds(loop)
+    assert restorer.started == [0, 1]
+    return loop, consumer, transactions, restorer
+
+
+def _attributed(loop: ConsumerLoop) -> int:
+    return loop.publish(force=True).snapshot.counters.attributed
+
+
+def test_an_eager_rebalance_keeps_the_state_of_the_partitions_it_hands_back() -> None:
+    cluster = Cluster(TOPICS)
+    write_queries(cluster, 20)
+    loop, consumer, _, restorer = _eager_loop(cluster)
+    kept = loop.partitions[0].pipeline
+    assign(loop, consumer, 0)  # every partition revoked and checkpointed; 0 handed back
+    assert all(cluster.committed[tp] == len(cluster.logs[tp]) for tp in inputs(0, 1))
+    write_queries(cluster, 30, ts=T0 + 100)  # q0..q19 again (duplicates), q20..q29 new
+    rounds(loop)
+    assert restorer.started == [0, 1]  # not restored again
+    assert loop.partitions[0].pipeline is kept and loop.ready
+    assert {tp: consumer.positions[tp] for tp in inputs(0)} == {tp: len(cluster.logs[tp]) for tp in inputs(0)}
+    # the same as a member that held partition 0 throughout
+    alone, alone_consumer, _, _ = make_loop(cluster)
+    assign(alone, alone_consumer, 0)
+    rounds(alone)
+    assert _attributed(loop) == _attributed(alone) > 0
+
+
+def test_state_is_restored_when_a_generation_was_missed_or_the_offsets_moved() -> None:
+    cluster = Cluster(TOPICS)
+    write_queries(cluster, 20)
+    loop, consumer, _, restorer = _eager_loop(cluster)
+    consumer.generations_missed = 1  # a generation passed without this member
+    assign(loop, consumer, 0, 1)
+    rounds(loop)
+    assert restorer.started == [0, 1, 0, 1]
+    before = _attributed(loop)
+    assign(loop, consumer, 0, 1)  # the next generation this time, but another member committed
+    cluster.committed[TopicPartition("impressions", 1)] = 1
+    rounds(loop)
+    assert restorer.started == [0, 1, 0, 1, 1]  # 0 kept, 1 restored
+    consumer.rejoin_as = "member-2"  # handed back to this member under a new id
+    assign(loop, consumer, 0)
+    rounds(loop)
+    assert restorer.started == [0, 1, 0, 1, 1, 0]
+    assert _attributed(loop) <= before
+
+
+def test_a_failed_checkpoint_in_an_eager_rebalance_keeps_nothing() -> None:
+    cluster = Cluster(TOPICS)
+    write_queries(cluster, 20)
+    loop, consumer, transactions, restorer = _eager_loop(cluster)
+    write_queries(cluster, 10, ts=T0 + 100)
+    loop.run_once()
+    transactions.fail_next_commit = True
+    assign(loop, consumer, 0, 1)  # the give-up checkpoint fails: a rewind
+    rounds(loop)
+    assert restorer.started == [0, 1, 0, 1] and loop.ready
+    assert len(loop.kept) == 0
+
+
 def test_a_failed_checkpoint_while_giving_up_rewinds_every_partition() -> None:
     cluster = Cluster(TOPICS)
     write_queries(cluster, 20)

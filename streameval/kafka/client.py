@@ -85,6 +85,12 @@ class Consumer(Protocol):
 
     def group_metadata(self) -> Any: ...
 
+    def eager_generation(self) -> tuple[str, int] | None:
+        """With an eager protocol (every rebalance revokes the whole assignment): the member id
+        and generation the member is in, so that state given up in one generation can be kept
+        when the next hands it back (:mod:`~streameval.kafka.kept`). None otherwise."""
+        ...
+
     def pause(self, *tps: TopicPartition) -> None: ...
 
     def resume(self, *tps: TopicPartition) -> None: ...
@@ -175,6 +181,9 @@ class GroupConsumer(KafkaConsumer):
 
     def known_position(self, tp: TopicPartition) -> int | None:
         return compat.known_position(self, tp)
+
+    def eager_generation(self) -> tuple[str, int] | None:
+        return None  # the cooperative assignor: a member keeps what it is not asked to give up
 
     def request_end_offsets(self, tps: list[TopicPartition], timeout_ms: int) -> PendingOffsets:
         pending = compat.request_end_offsets(self, tps, timeout_ms)

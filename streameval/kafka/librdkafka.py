@@ -207,6 +207,7 @@ class LibrdkafkaConsumer:
                 "check the address and the [kafka] security settings"
             ) from None
         self._listener: Any = None
+        self._eager = protocol == protocols.CLASSIC
         self._paused: set[TopicPartition] = set()
         self._admin_config = common_config(settings) | librdkafka_config(
             settings, _PRODUCER_ONLY | protocols.CLASSIC_ONLY | _CONSUMER_ONLY
@@ -274,6 +275,9 @@ class LibrdkafkaConsumer:
 
     def group_metadata(self) -> Any:
         return self.consumer.consumer_group_metadata()
+
+    def eager_generation(self) -> tuple[str, int] | None:
+        return protocols.member_generation(self.group_metadata()) if self._eager else None
 
     # positions
     def pause(self, *tps: TopicPartition) -> None:

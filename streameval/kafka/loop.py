@@ -14,9 +14,9 @@ assignment, or rewind everything because the membership expired).
 
 Every ``commit_interval``, a checkpoint commits the changed state, the dead-letter records and
 the input offsets as one transaction (:mod:`streameval.kafka.checkpoint`). A partition given up
-in a cooperative rebalance (:mod:`streameval.kafka.assignor`) is checkpointed in the rebalance
-listener, before the member rejoins for the rebalance that hands it over, then dropped; the
-kept ones go on untouched. Lost partitions, a failed checkpoint or a failed dead-letter send
+in a rebalance is checkpointed in the listener, before the member rejoins for the rebalance
+that hands it over, then dropped (kept aside, if eager: :mod:`streameval.kafka.kept`); those
+not revoked go on untouched. Lost partitions, a failed checkpoint or a failed dead-letter send
 all take one path, the rewind: abort the open transaction, drop every partition's state and
 start each again from its last committed checkpoint. Nothing is lost (the offsets never pass
 what a committed checkpoint covers) and nothing counts twice (what an aborted transaction held
@@ -34,17 +34,16 @@ from kafka import TopicPartition
 
 from streameval import collector
 from streameval.config import Settings
-from streameval.errors import InputError
 from streameval.kafka.align import Aligner
-from streameval.kafka.assignor import NAME
 from streameval.kafka.checkpoint import CheckpointFailed, commit_checkpoint
 from streameval.kafka.client import ChangelogReader, CheckpointProducer, Consumer, GroupProtocolMismatch
 from streameval.kafka.detection import MinutesReader
 from streameval.kafka.ends import EndOffsets
 from streameval.kafka.feed import DEAD_LETTER_LIMIT, Feed
 from streameval.kafka.flow import PAUSE_ABOVE, RESUME_BELOW, FlowControl
+from streameval.kafka.kept import Held, Kept
 from streameval.kafka.loglines import LoopLog
-from streameval.kafka.membership import Membership, Rebalance, Rebalanced
+from streameval.kafka.membership import Membership, Rebalance, Rebalanced, mixed_group
 from streameval.kafka.partitions import PartitionState
 from streameval.kafka.recovery import Recovery
 from streameval.kafka.sources import Sources
@@ -89,6 +88,7 @@ class ConsumerLoop:
         #: the topics the join reads (co-partitioned)
         self.topics = settings.join_topics
         self.partitions: dict[int, PartitionState] = {}
+        self.kept = Kept()  # state given up in an eager rebalance, in case it is handed back
         self.membership = Membership.JOINING
         self.rebalanced = Rebalanced.NOTHING
         #: the checkpoint of partitions being given up failed (raised after the poll)
@@ -141,8 +141,7 @@ class ConsumerLoop:
             transaction_timeout + TRANSACTION_CLEANUP_S + settings.commit_interval + ALIGN_MAX_WAIT_S
         )
         self._waits = {t: rekeyed_wait for t in self.feed.counted_as}
-        #: the partition count of the inputs (and the changelog) at start-up
-        self.partition_count = partition_count
+        self.partition_count = partition_count  # of the inputs (and the changelog) at start-up
         #: the cluster's topics (None: not asked, as in the unit tests)
         self.cluster = topics
         self.view: View | None = None
@@ -174,6 +173,7 @@ class ConsumerLoop:
         self.transactions.abort()
         self.restorer.cancel(list(self.restorer.restoring))
         self.partitions = {}
+        self.kept.clear()
         collector.reclaim_now()  # the dropped state is held in reference cycles
         self.flow.forget(list(self.flow.paused))
         self.ends.reset()
@@ -183,9 +183,10 @@ class ConsumerLoop:
         self.publish(force=True)
 
     def give_up(self, revoked: set[TopicPartition]) -> None:
-        """Partitions given up in a cooperative rebalance (from the rebalance listener): commit
-        a checkpoint now, so that their next owner starts exactly where this one stopped, then
-        drop their state. A failed checkpoint is raised after the poll, and rewinds everything."""
+        """Partitions given up in a rebalance (from the rebalance listener): commit a checkpoint
+        now, so that their next owner starts exactly where this one stopped, then drop their
+        state (kept aside if the protocol is eager: :mod:`~streameval.kafka.kept`). A failed
+        checkpoint is raised after the poll, and rewinds everything."""
         self.note(Rebalanced.REASSIGNED)
         numbers = {tp.partition for tp in revoked if tp.topic in self.topics}
         gone = [p for p in self.partitions if p in numbers]
@@ -201,6 +202,8 @@ class ConsumerLoop:
             return
         if self.stage is not None:
             self.stage.drop(sources)
+        held = {p: Held(ps.pipeline, dict(ps.committed)) for p in gone if (ps := self.partitions[p]).pipeline}
+        self.kept.hold(held, self.consumer.eager_generation())
         for p in gone:
             del self.partitions[p]
             inputs = [TopicPartition(t, p) for t in self.topics]
@@ -208,7 +211,7 @@ class ConsumerLoop:
             self.ends.forget(inputs)
         self.restorer.cancel([p for p in gone if p in self.restorer.restoring])
         collector.reclaim_now()  # the dropped state is held in reference cycles
-        log.info("partitions %s given up to another member", gone)
+        log.info("partitions %s given up in a rebalance", gone)
 
     def follow_assignment(self) -> None:
         """After a cooperative rebalance: start restoring the partitions added; the kept ones go
@@ -243,9 +246,13 @@ class ConsumerLoop:
             return
         for p in new:
             aligner = Aligner(self.topics, self.wall_clock, max_wait=ALIGN_MAX_WAIT_S, waits=self._waits)
-            self.partitions[p] = PartitionState(aligner)
+            self.partitions[p] = PartitionState(aligner, kept=self.kept.take(p))
         self.flow.hold([TopicPartition(t, p) for p in new for t in self.topics])
-        log.info("partitions %s: restoring state from %s", new, self.settings.changelog_topic)
+        kept = [p for p in new if self.partitions[p].kept]  # taken back unless the offsets moved
+        if kept:
+            log.info("partitions %s: handed back by the rebalance, their state kept", kept)
+        if restore := [p for p in new if p not in kept]:
+            log.info("partitions %s: restoring state from %s", restore, self.settings.changelog_topic)
 
     def _check_changelog(self) -> None:
         """After a failure that may be a deleted changelog: stop if it is."""
@@ -304,12 +311,7 @@ class ConsumerLoop:
         try:
             return self.consumer.poll_round(POLL_TIMEOUT_MS, broker_silent=self.ends.broker_silent)
         except GroupProtocolMismatch:
-            raise InputError(
-                f"consumer group {self.settings.group_id} has members that assign partitions another "
-                f"way (the {NAME} assignor is not among theirs): an older streameval, or another "
-                "application using this group_id. Stop them, then start this version; no rolling "
-                "upgrade across this change (README, Guarantees)"
-            ) from None
+            raise mixed_group(self.settings.group_id) from None
 
     # --- checkpoints and the published view ----------------------------------------------------
 

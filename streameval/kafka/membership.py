@@ -7,6 +7,9 @@ from typing import Any
 
 from kafka import ConsumerRebalanceListener
 
+from streameval.errors import InputError
+from streameval.kafka.assignor import NAME
+
 
 class Membership(enum.Enum):
     JOINING = "joining"  # subscribed; no assignment taken yet
@@ -38,6 +41,19 @@ class Rebalance(ConsumerRebalanceListener):
 
     def on_partitions_assigned(self, assigned: Any) -> None:
         self.loop.note(Rebalanced.REASSIGNED)
+        # eager: the whole assignment of a new generation; what it hands back may be kept
+        numbers = {tp.partition for tp in assigned if tp.topic in self.loop.topics}
+        self.loop.kept.assigned(numbers, self.loop.consumer.eager_generation())
 
     def on_partitions_lost(self, lost: Any) -> None:
         self.loop.note(Rebalanced.LOST)
+
+
+def mixed_group(group_id: str) -> InputError:
+    """The error that stops the daemon when members of its group assign partitions another way."""
+    return InputError(
+        f"consumer group {group_id} has members that assign partitions another "
+        f"way (the {NAME} assignor is not among theirs): an older streameval, or another "
+        "application using this group_id. Stop them, then start this version; no rolling "
+        "upgrade across this change (README, Guarantees)"
+    )

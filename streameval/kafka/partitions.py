@@ -5,11 +5,14 @@ through one aligner; its state lives in partition p of the changelog. The phases
 ways between them::
 
     AWAITING_OFFSETS --offsets_known--> RESTORING --restored--> ACTIVE
+           \\--offsets_known, kept state taken back---------------->ACTIVE
            \\________________________________\\__________________\\--revoke--> GIVING_UP
 
 - AWAITING_OFFSETS: assigned; its inputs are paused while their committed offsets are fetched
   (with ``read_committed`` the broker answers only once no transaction holding offsets for them
   is open).
+- (AWAITING_OFFSETS straight to ACTIVE: the state it held when an eager rebalance took it,
+  kept because that rebalance handed it back; see :mod:`streameval.kafka.kept`.)
 - RESTORING: its state is read back from the changelog up to the end it has at that moment.
 - ACTIVE: the inputs sought to the committed offsets -- exactly what the restored state covers
   -- and resumed; records flow and checkpoints commit it.
@@ -28,6 +31,7 @@ from dataclasses import dataclass, field
 
 from streameval import state
 from streameval.kafka.align import Aligner
+from streameval.kafka.kept import Held
 from streameval.pipeline import Pipeline
 
 
@@ -50,6 +54,8 @@ class PartitionState:
     #: for it costs a scan and may call the group coordinator in the middle of a rebalance)
     fetched: dict[str, int] = field(default_factory=dict)
     committed: dict[str, int] = field(default_factory=dict)  # topic -> covered by the checkpoint
+    #: the state given up in the eager rebalance that handed it back (README, Guarantees)
+    kept: Held | None = None
 
     def _move(self, expected: tuple[Phase, ...], to: Phase) -> None:
         if self.phase not in expected:
@@ -57,11 +63,20 @@ class PartitionState:
         self.phase = to
 
     def offsets_known(self, committed: dict[str, int | None]) -> None:
-        """The committed offsets of its inputs (None: none committed): restore next."""
+        """The committed offsets of its inputs (None: none committed): restore next, or, if
+        its kept state covers exactly these, take that back (ACTIVE at once)."""
         self._move((Phase.AWAITING_OFFSETS,), Phase.RESTORING)
+        keeps, kept, self.kept = self.keeps(committed), self.kept, None
         for topic, offset in committed.items():
             if offset is not None:
                 self.committed[topic] = self.next_offsets[topic] = offset
+        if keeps and kept is not None:
+            self.restored(kept.pipeline)
+
+    def keeps(self, committed: dict[str, int | None]) -> bool:
+        """Whether its kept state covers exactly these committed offsets (no restore needed)."""
+        known = {topic: offset for topic, offset in committed.items() if offset is not None}
+        return self.kept is not None and self.kept.committed == known
 
     def restored(self, pipeline: Pipeline) -> None:
         """Its state read back: records may flow."""

@@ -8,7 +8,9 @@
   assignor, which also gives partition p of every input with the same partition count to one
   member, but eagerly: every rebalance revokes every partition of every member (each first
   takes the checkpoint of what it gives up, in the listener, before it rejoins) and assigns
-  them anew, so a member restores from the changelog even the partitions it gets back.
+  them anew. A partition the next generation hands back to the same member keeps its state
+  (:mod:`~streameval.kafka.kept`, which reads the member's generation with
+  :func:`member_generation`); the others are restored from the changelog.
 
 A consumer of the consumer protocol on a broker without it would wait for an assignment that
 never comes, with nothing in its logs; so the choice is made from the broker's answer at
@@ -18,6 +20,7 @@ start-up, and said in the log.
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Mapping
 from typing import Any
 
@@ -85,3 +88,21 @@ def unused(protocol: str, table: Mapping[str, Any]) -> set[str]:
     if ignored:
         log.info("kafka: %s not used by the consumer with kafka_client = confluent-kafka (KIP-848)", ignored)
     return set(CLASSIC_ONLY)
+
+
+_GROUP_METADATA = b"CGMDv2:"
+
+
+def member_generation(metadata: Any) -> tuple[str, int] | None:
+    """The member id and generation in confluent-kafka's group metadata (librdkafka's
+    serialisation: ``CGMDv2:``, the generation id as a native int32, the group id and the member
+    id, each ending in a NUL byte, then the static member's id); None for another layout, or
+    outside a generation."""
+    head = len(_GROUP_METADATA)
+    if not isinstance(metadata, bytes) or not metadata.startswith(_GROUP_METADATA):
+        return None
+    parts = metadata[head + 4 :].split(b"\0", 2)
+    if len(metadata) < head + 4 or len(parts) < 3:
+        return None
+    (generation,) = struct.unpack_from("=i", metadata, head)
+    return (parts[1].decode("utf-8", "replace"), generation) if generation >= 0 and parts[1] else None

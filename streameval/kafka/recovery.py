@@ -60,15 +60,7 @@ class Recovery:
             if pipeline.minutes is not None and self.partition_count:
                 pipeline.minutes.handed_on = True  # by each checkpoint, to partition 0's detectors
             ps.restored(pipeline)
-            inputs = [TopicPartition(t, p) for t in self.topics]
-            for tp in inputs:
-                offset = ps.committed.get(tp.topic)
-                if offset is None:
-                    offset = reset_offset(self.consumer, self.settings, tp)
-                if offset is not None:
-                    self.consumer.seek(tp, offset)
-                    ps.fetched[tp.topic] = offset
-            self.flow.release(inputs)
+            self._resume(p, ps)
             self.ops.restored(records, seconds)
             log.info(
                 "partition %d restored: %d changelog records, %d open queries, in %.2f s",
@@ -78,20 +70,42 @@ class Recovery:
                 seconds,
             )
 
+    def _resume(self, p: int, ps: PartitionState) -> None:
+        """Seek the inputs of an active partition to the offsets its state covers, and resume
+        them."""
+        inputs = [TopicPartition(t, p) for t in self.topics]
+        for tp in inputs:
+            offset = ps.committed.get(tp.topic)
+            if offset is None:
+                offset = reset_offset(self.consumer, self.settings, tp)
+            if offset is not None:
+                self.consumer.seek(tp, offset)
+                ps.fetched[tp.topic] = offset
+        self.flow.release(inputs)
+
     def _fetch_offsets(self, partitions: dict[int, PartitionState]) -> None:
         """Committed offsets of the partitions awaiting them; a partition whose offsets are not
-        stable yet (a transaction still open) is asked again next round."""
+        stable yet (a transaction still open) is asked again next round. One that kept its state
+        through an eager rebalance, with those offsets unchanged, is active at once."""
         for p, ps in sorted(partitions.items()):
             if ps.phase is not Phase.AWAITING_OFFSETS:
                 continue
             try:
                 offsets = self.restorer.committed([TopicPartition(t, p) for t in self.topics])
-                self.restorer.start([p])
+                committed = {tp.topic: offset for tp, offset in offsets.items()}
+                if not ps.keeps(committed):
+                    self.restorer.start([p])
             except KafkaError as exc:
                 log.info("partition %d: committed offsets not available yet (%s)", p, type(exc).__name__)
                 self.offsets_unavailable()
                 continue
-            ps.offsets_known({tp.topic: offset for tp, offset in offsets.items()})
+            kept = ps.kept is not None
+            ps.offsets_known(committed)
+            if ps.active:
+                self._resume(p, ps)
+                log.info("partition %d: state kept through the rebalance, not restored", p)
+            elif kept:
+                log.info("partition %d: its committed offsets moved since it was given up; restoring", p)
 
 
 def reset_offset(consumer: Consumer, settings: Settings, tp: TopicPartition) -> int | None:

@@ -1,7 +1,8 @@
 """``kafka_client = "confluent-kafka"`` on a broker without KIP-848 (Apache Kafka 3.9): the
 consumer joins with the classic protocol and eager range assignment, and every guarantee of
 README, Guarantees holds -- shown with members joining, killed and leaving under live traffic,
-compared with `streameval replay` on the same logs.
+compared with `streameval replay` on the same logs -- and a member keeps the state of the
+partitions each rebalance hands back to it.
 
 The broker is a second one that ``.ci/run`` starts (``KAFKA_VERSION=3.9.1 deploy/kafka/local.sh
 start`` on ``KAFKA_CLASSIC_TEST_BOOTSTRAP``, 127.0.0.1:39192 unless set).
@@ -96,4 +97,6 @@ def test_members_joining_killed_and_leaving_under_eager_rebalances_end_exact(
     assert len(owned(metrics)) == 4
     assert_metrics_equal_replay(metrics, replay_report(tmp_path, configs[0], impressions, events))
     assert a.stop(signal.SIGTERM) == 0
+    # the partitions a member got back in an eager rebalance kept their state
+    assert "state kept through the rebalance, not restored" in a.output()
     assert "Traceback" not in a.output() + c.output()
