@@ -155,7 +155,7 @@ def test_kafka_client_chooses_the_backend_and_its_env_is_the_key_not_a_kafka_set
 
 
 def test_the_kafka_table_in_librdkafkas_names() -> None:
-    from streameval.kafka.librdkafka import librdkafka_config
+    from streameval.kafka.rdconfig import librdkafka_config
 
     s = load_settings(
         None,

@@ -11,14 +11,14 @@ broker has it (Kafka 4.0+), else with the classic protocol and eager range assig
 to one member, and a member lets a partition go only once its listener has returned -- after
 the checkpoint of what it gives up, as kafka-python's cooperative protocol does.
 
-Errors of librdkafka are raised as ``kafka.errors.KafkaError``, as the interface says
-(:mod:`~streameval.kafka.client`); its records are handed on as :class:`Record`.
+librdkafka's errors are raised as ``kafka.errors.KafkaError`` (:mod:`~streameval.kafka.client`).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import logging
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -29,6 +29,12 @@ from streameval.config import Settings
 from streameval.errors import ConfigError, InputError
 from streameval.kafka import protocols
 from streameval.kafka.client import Listed
+from streameval.kafka.rdconfig import (
+    CONSUMER_ONLY,
+    PRODUCER_ONLY,
+    common_config,
+    librdkafka_config,
+)
 
 try:  # the optional extra: streameval[confluent]
     import confluent_kafka as ck
@@ -38,76 +44,16 @@ except ImportError:  # pragma: no cover - checked by available()
 
 log = logging.getLogger(__name__)
 
-CLIENT_ID = "streameval"
 #: how long start-up waits for the brokers' first answer
 BOOTSTRAP_TIMEOUT_S = 10.0
+#: how long a partition count is waited for, and how long after no answer it is not asked again
+METADATA_TIMEOUT_S, METADATA_RETRY_S = 5.0, 30.0
 #: records one poll hands the loop at most (kafka-python's max_poll_records of the loop)
 POLL_RECORDS = 2_000
-#: [kafka] keys (kafka-python's names) whose librdkafka name is not the key with dots
-_RENAMED = {
-    "sasl_plain_username": "sasl.username",
-    "sasl_plain_password": "sasl.password",
-    "ssl_cafile": "ssl.ca.location",
-    "ssl_certfile": "ssl.certificate.location",
-    "ssl_keyfile": "ssl.key.location",
-    "ssl_password": "ssl.key.password",
-    "ssl_keyfile_password": "ssl.key.password",
-    "fetch_max_wait_ms": "fetch.wait.max.ms",
-    "max_request_size": "message.max.bytes",
-    "request_timeout_ms": "socket.timeout.ms",
-}
-#: [kafka] keys of kafka-python that librdkafka has no use for (dropped)
-_KAFKA_PYTHON_ONLY = {"max_poll_records", "enable_incremental_fetch_sessions", "api_version", "max_block_ms"}
-_CONSUMER_ONLY = {
-    "fetch_max_wait_ms",
-    "fetch_min_bytes",
-    "fetch_max_bytes",
-    "max_partition_fetch_bytes",
-    "max_poll_interval_ms",
-    "group_instance_id",
-    "isolation_level",
-    "auto_offset_reset",
-    "check_crcs",
-}
-_PRODUCER_ONLY = {
-    "acks",
-    "compression_type",
-    "linger_ms",
-    "batch_size",
-    "max_request_size",
-    "enable_idempotence",
-    "delivery_timeout_ms",
-    "retries",
-    "transaction_timeout_ms",
-}
-
-#: [kafka] keys the producer leaves out
-PRODUCER_EXCLUDE = _CONSUMER_ONLY | protocols.CLASSIC_ONLY
 
 
 def available() -> bool:
     return ck is not None
-
-
-def librdkafka_config(settings: Settings, exclude: set[str]) -> dict[str, Any]:
-    """The ``[kafka]`` table (kafka-python's names) in librdkafka's: ``sasl_plain_username`` ->
-    ``sasl.username`` and the others of ``_RENAMED``, kafka-python's own settings dropped, any
-    other key with dots for underscores (``security_protocol`` -> ``security.protocol``), so a
-    librdkafka setting can be given as well (``socket_keepalive_enable``)."""
-    out: dict[str, Any] = {}
-    for key, value in settings.kafka.items():
-        if key in exclude or key in _KAFKA_PYTHON_ONLY:
-            continue
-        if key == "ssl_check_hostname":
-            out["ssl.endpoint.identification.algorithm"] = "https" if value else "none"
-            continue
-        name = _RENAMED.get(key, key.replace("_", "."))
-        out[name] = value
-    return out
-
-
-def common_config(settings: Settings) -> dict[str, Any]:
-    return {"bootstrap.servers": settings.bootstrap_servers, "client.id": CLIENT_ID}
 
 
 def ck_error(exc: BaseException) -> KafkaError:
@@ -147,9 +93,14 @@ class Record:
         self.headers = message.headers() or []
 
 
+#: librdkafka's log lines, through the daemon's logging: kafka's level and throttle (README,
+#: streameval run); confluent-kafka logs every line with one template: they share one throttle
+LOG = logging.getLogger("kafka.librdkafka")
+
+
 def connect(kind: str, factory: Any, config: dict[str, Any]) -> Any:
     try:
-        return factory(config)
+        return factory({**config, "logger": LOG})
     except ck.KafkaException as exc:
         raise ConfigError(
             f"kafka: a setting in the [kafka] table is not accepted by the {kind}: {exc}"
@@ -161,8 +112,7 @@ def connect(kind: str, factory: Any, config: dict[str, Any]) -> Any:
 
 
 class AdminOffsets:
-    """The offsets the admin client's futures will hold (:class:`~streameval.kafka.client.PendingOffsets`);
-    librdkafka fails them after the request's timeout."""
+    """The offsets the admin client's futures will hold (:class:`~streameval.kafka.client.PendingOffsets`)."""
 
     def __init__(self, futures: dict[Any, concurrent.futures.Future[Any]]) -> None:
         self.futures = futures
@@ -171,9 +121,15 @@ class AdminOffsets:
         if not all(future.done() for future in self.futures.values()):
             return None
         try:
-            return {TopicPartition(c.topic, c.partition): f.result().offset for c, f in self.futures.items()}
+            offsets = {
+                TopicPartition(c.topic, c.partition): f.result().offset for c, f in self.futures.items()
+            }
         except ck.KafkaException as exc:
             raise ck_error(exc) from None
+        if any(offset < 0 for offset in offsets.values()):
+            # with the broker away librdkafka 2.12 answers OFFSET_INVALID (-1001), not an error
+            raise KafkaTimeoutError("offsets not listed: no answer from the partitions' leaders")
+        return offsets
 
 
 class LibrdkafkaConsumer:
@@ -195,7 +151,7 @@ class LibrdkafkaConsumer:
             # by default): on a backlog the loop drains the queue much sooner and then waited
             # for records; measured, figure 2's run took 30% longer (README, Performance)
             "fetch.queue.backoff.ms": 20,
-            **librdkafka_config(settings, _PRODUCER_ONLY | protocols.unused(protocol, settings.kafka)),
+            **librdkafka_config(settings, PRODUCER_ONLY | protocols.unused(protocol, settings.kafka)),
         }
         self.consumer = connect("consumer", ck.Consumer, config)
         try:  # librdkafka connects lazily: reach the brokers now, as kafka-python's client does
@@ -210,9 +166,11 @@ class LibrdkafkaConsumer:
         self._eager = protocol == protocols.CLASSIC
         self._paused: set[TopicPartition] = set()
         self._admin_config = common_config(settings) | librdkafka_config(
-            settings, _PRODUCER_ONLY | protocols.CLASSIC_ONLY | _CONSUMER_ONLY
+            settings, PRODUCER_ONLY | protocols.CLASSIC_ONLY | CONSUMER_ONLY
         )
         self._admin: Any = None  # for the end offsets: made when first asked
+        self._partitions: dict[str, set[int] | None] = {}  # what the brokers last said, by topic
+        self._metadata_retry = 0.0  # the brokers did not answer: the cache until then
 
     # membership
     def subscribe(self, topics: list[str], listener: Any) -> None:
@@ -355,14 +313,22 @@ class LibrdkafkaConsumer:
         return high if high >= 0 else None
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """As the brokers say now; while they do not answer, as they last said (kafka-python's
+        consumer answers from its metadata cache, never failing)."""
+        now = time.monotonic()
+        if topic in self._partitions and now < self._metadata_retry:
+            return self._partitions[topic]
         try:
-            metadata = self.consumer.list_topics(topic, timeout=5)
+            metadata = self.consumer.list_topics(topic, timeout=METADATA_TIMEOUT_S)
         except ck.KafkaException as exc:
-            raise ck_error(exc) from None
+            if topic not in self._partitions:
+                raise ck_error(exc) from None
+            self._metadata_retry = now + METADATA_RETRY_S  # not a wait per topic and call
+            return self._partitions[topic]
         found = metadata.topics.get(topic)
-        if found is None or found.error is not None or not found.partitions:
-            return None
-        return set(found.partitions)
+        ok = found is not None and found.error is None and found.partitions
+        self._partitions[topic] = set(found.partitions) if ok else None
+        return self._partitions[topic]
 
     def close(self, autocommit: bool = False, timeout_ms: int = 0) -> None:
         self._admin = None  # no close in confluent-kafka's AdminClient: dropped, it stops

@@ -5,6 +5,7 @@ behind :class:`~streameval.kafka.client.CheckpointProducer` (settings and errors
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -13,18 +14,13 @@ from kafka import OffsetAndMetadata
 from streameval.config import Settings
 from streameval.kafka.checkpoint import CheckpointFailed
 from streameval.kafka.deadletter import Headers, record_size
-from streameval.kafka.librdkafka import (
-    PRODUCER_EXCLUDE,
-    ck,
-    ck_error,
-    ck_tp,
-    common_config,
-    connect,
-    describe,
-    librdkafka_config,
-)
+from streameval.kafka.librdkafka import ck, ck_error, ck_tp, connect, describe
+from streameval.kafka.rdconfig import PRODUCER_EXCLUDE, common_config, librdkafka_config
 
 log = logging.getLogger(__name__)
+
+#: the shortest wait for an abort after a failed commit (one past the deadline gets this much)
+MIN_ABORT_S = 0.5
 
 
 class LibrdkafkaTransactions:
@@ -109,8 +105,8 @@ class LibrdkafkaTransactions:
         self.send(topic, value, key, headers=headers)
         self._dead_letter_queued += size
 
-    def _flush(self) -> None:
-        if self.producer.flush(self.timeout) > 0:
+    def _flush(self, deadline: float | None = None) -> None:
+        if self.producer.flush(self.timeout if deadline is None else _left(deadline)) > 0:
             raise CheckpointFailed("records not acknowledged in time")
         self._dead_letter_queued = 0
 
@@ -137,23 +133,27 @@ class LibrdkafkaTransactions:
         return count
 
     def commit(self, offsets: dict[Any, OffsetAndMetadata], group_metadata: Any) -> None:
+        """Flush, send the offsets and commit within ``timeout`` in all, as kafka-python's
+        :class:`~streameval.kafka.checkpoint.Transactions` does; a failure aborts within what
+        is left of it (at least ``MIN_ABORT_S``)."""
+        deadline = time.monotonic() + self.timeout
         try:
             producer = self._begin()
-            self._flush()
+            self._flush(deadline)
             if self._failed:
                 topic, error = self._failed[0]
-                self._end_failed()
+                self._end_failed(deadline)
                 raise CheckpointFailed(f"send to {topic} failed: {error.str()}", _too_large(error), topic)
             if offsets:
                 listed = [ck_tp(tp, om.offset) for tp, om in offsets.items()]
-                producer.send_offsets_to_transaction(listed, group_metadata, self.timeout)
-            producer.commit_transaction(self.timeout)
+                producer.send_offsets_to_transaction(listed, group_metadata, _left(deadline))
+            producer.commit_transaction(_left(deadline))
         except CheckpointFailed:
             if self.open:
-                self._end_failed()
+                self._end_failed(deadline)
             raise
         except ck.KafkaException as exc:
-            self._end_failed()
+            self._end_failed(deadline)
             raise CheckpointFailed(describe(exc)) from None
         self.open = False
 
@@ -179,9 +179,10 @@ class LibrdkafkaTransactions:
         too_large = error is not None and _too_large(error)
         return CheckpointFailed(f"send to {topic} failed: {describe(exc)}", too_large, topic)
 
-    def _end_failed(self) -> None:
-        """Abort; when that fails (a fatal error, fenced), drop the producer: the next one's
-        init_transactions aborts the transaction left open."""
+    def _end_failed(self, deadline: float | None = None) -> None:
+        """Abort (by ``deadline``, if given); when that fails (a fatal error, fenced, no answer
+        in time), drop the producer: the next one's init_transactions aborts the transaction
+        left open."""
         producer = self.producer
         self.open = False
         self._failed = []
@@ -189,13 +190,19 @@ class LibrdkafkaTransactions:
         if producer is None:
             return
         try:
-            producer.abort_transaction(self.timeout)
+            producer.abort_transaction(
+                self.timeout if deadline is None else max(MIN_ABORT_S, _left(deadline))
+            )
             return
         except ck.KafkaException as exc:
             log.warning(
                 "abort failed (%s); a new producer will take over the transactional id", describe(exc)
             )
         self.producer = None
+
+
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
 
 
 def _too_large(error: Any) -> bool:

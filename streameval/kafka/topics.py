@@ -306,7 +306,26 @@ def check_layout(
     for: every topic there, each with the partition count of the changelog (``expected``), and
     every partition number assigned with all its topics."""
     topics = settings.join_topics
-    counts = {t: len(consumer.partitions_for_topic(t) or ()) for t in topics}
+    try:
+        counts = {t: len(consumer.partitions_for_topic(t) or ()) for t in topics}
+    except KafkaError as exc:  # the brokers cannot say now: checked again at the next assignment
+        log.warning("input topics not checked (%s): no answer from the brokers", type(exc).__name__)
+        counts = {}
+    _check_counts(settings, counts, expected)
+    for p in sorted({tp.partition for tp in assignment if tp.topic in topics}):
+        missing = [t for t in topics if TopicPartition(t, p) not in assignment]
+        if missing:
+            raise InputError(
+                f"partition {p} of {', '.join(missing)} went to another member: the input topics "
+                "are no longer co-partitioned (partitions added to one of them?); give every input "
+                "topic the same partition count and restart"
+            )
+
+
+def _check_counts(settings: Settings, counts: dict[str, int], expected: int | None) -> None:
+    """Every input topic there, each with ``expected`` partitions (the changelog's)."""
+    if not counts:
+        return
     gone = [t for t, n in counts.items() if n == 0]
     if gone:
         raise InputError(
@@ -322,11 +341,3 @@ def check_layout(
             "longer meet in one partition number. Give every input topic the same partition count, "
             "then rebuild the state (README, Guarantees)"
         )
-    for p in sorted({tp.partition for tp in assignment if tp.topic in topics}):
-        missing = [t for t in topics if TopicPartition(t, p) not in assignment]
-        if missing:
-            raise InputError(
-                f"partition {p} of {', '.join(missing)} went to another member: the input topics "
-                "are no longer co-partitioned (partitions added to one of them?); give every input "
-                "topic the same partition count and restart"
-            )

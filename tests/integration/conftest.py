@@ -64,8 +64,9 @@ class Topics:
         self.dlq = f"{self.prefix}.dlq"
         self.group = f"{self.prefix}.group"
         self.partitions = 0  # of the impressions topic, once created
-        #: the daemons' kafka_client (the ``kafka_client`` fixture of a module running both)
-        self.kafka_client = "kafka-python"
+        #: the daemons' kafka_client (the ``kafka_client`` fixture of a module running both);
+        #: KAFKA_TEST_CLIENT=confluent-kafka runs every other test's daemons on confluent-kafka
+        self.kafka_client = os.environ.get("KAFKA_TEST_CLIENT", "kafka-python")
 
     def create(self, partitions: int = 3, **counts: int) -> None:
         self.partitions = counts.get("impressions", partitions)
