@@ -317,8 +317,9 @@ def check_layout(
         if missing:
             raise InputError(
                 f"partition {p} of {', '.join(missing)} went to another member: the input topics "
-                "are no longer co-partitioned (partitions added to one of them?); give every input "
-                "topic the same partition count and restart"
+                "are no longer co-partitioned (partitions added to one of them?), or a member of "
+                f"another application holds group {settings.group_id}; give every input topic the "
+                "same partition count, stop any other member of the group, and restart"
             )
 
 
