@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 CLIENT_ID = "streameval"
 # Settings only one kind of client accepts; the [kafka] table is filtered per client.
+# PRODUCER_ONLY holds for librdkafka's producer too (rdconfig.py).
 _CONSUMER_ONLY = {
     "fetch_max_wait_ms",
     "fetch_min_bytes",
@@ -42,7 +43,7 @@ _CONSUMER_ONLY = {
     "enable_incremental_fetch_sessions",
     "check_crcs",
 }
-_PRODUCER_ONLY = {
+PRODUCER_ONLY = {
     "acks",
     "compression_type",
     "linger_ms",
@@ -101,7 +102,7 @@ def make_consumer(settings: Settings) -> GroupConsumer:
         # committed-offset fetch wait for a transaction still open (KIP-447), so a new owner
         # never starts from offsets its restored state does not cover
         "isolation_level": "read_committed",
-        **_table(settings, _PRODUCER_ONLY),
+        **_table(settings, PRODUCER_ONLY),
     }
     consumer: GroupConsumer = _connect("consumer", GroupConsumer, settings, **config)
     assignor.owned = consumer.assignment
@@ -120,7 +121,7 @@ def restore_consumer_config(settings: Settings) -> dict[str, Any]:
         "enable_auto_commit": False,
         "auto_offset_reset": "earliest",
         "max_partition_fetch_bytes": 8 * 1024 * 1024,
-        **_table(settings, _PRODUCER_ONLY | _GROUP_ONLY),
+        **_table(settings, PRODUCER_ONLY | _GROUP_ONLY),
         "isolation_level": "read_committed",
     }
 
@@ -206,7 +207,7 @@ def make_plain_producer(settings: Settings, **config: Any) -> KafkaProducer:
 
 def make_admin(settings: Settings, **config: Any) -> KafkaAdminClient:
     """An admin client with the ``[kafka]`` table; ``config`` overrides both."""
-    exclude = _CONSUMER_ONLY | _PRODUCER_ONLY
+    exclude = _CONSUMER_ONLY | PRODUCER_ONLY
     return _connect(
         "admin client",
         KafkaAdminClient,

@@ -29,12 +29,8 @@ from streameval.config import Settings
 from streameval.errors import ConfigError, InputError
 from streameval.kafka import protocols
 from streameval.kafka.client import Listed
-from streameval.kafka.rdconfig import (
-    CONSUMER_ONLY,
-    PRODUCER_ONLY,
-    common_config,
-    librdkafka_config,
-)
+from streameval.kafka.clients import PRODUCER_ONLY
+from streameval.kafka.rdconfig import CONSUMER_ONLY, common_config, librdkafka_config
 
 try:  # the optional extra: streameval[confluent]
     import confluent_kafka as ck

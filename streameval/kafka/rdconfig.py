@@ -7,8 +7,8 @@ from typing import Any
 
 from streameval.config import Settings
 from streameval.kafka import protocols
+from streameval.kafka.clients import CLIENT_ID
 
-CLIENT_ID = "streameval"
 #: [kafka] keys (kafka-python's names) whose librdkafka name is not the key with dots
 _RENAMED = {
     "sasl_plain_username": "sasl.username",
@@ -34,17 +34,6 @@ CONSUMER_ONLY = {
     "isolation_level",
     "auto_offset_reset",
     "check_crcs",
-}
-PRODUCER_ONLY = {
-    "acks",
-    "compression_type",
-    "linger_ms",
-    "batch_size",
-    "max_request_size",
-    "enable_idempotence",
-    "delivery_timeout_ms",
-    "retries",
-    "transaction_timeout_ms",
 }
 
 #: [kafka] keys the producer leaves out
