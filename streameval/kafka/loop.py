@@ -250,7 +250,7 @@ class ConsumerLoop:
         self.flow.hold([TopicPartition(t, p) for p in new for t in self.topics])
         kept = [p for p in new if self.partitions[p].kept]  # taken back unless the offsets moved
         if kept:
-            log.info("partitions %s: handed back by the rebalance, their state kept", kept)
+            log.info("partitions %s: handed back by the rebalance, kept unless their offsets moved", kept)
         if restore := [p for p in new if p not in kept]:
             log.info("partitions %s: restoring state from %s", restore, self.settings.changelog_topic)
 
