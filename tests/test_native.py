@@ -143,7 +143,7 @@ def test_damaged_records_decode_as_in_python(at, cut, insert) -> None:
         b'"query_id"',
         b"",
         b"null",
-        "{\"query_id\":\"q\",\"ts\":1,\"items\":[\"a\"],\"model\":\"\udc80\"}",  # str, not UTF-8-able
+        '{"query_id":"q","ts":1,"items":["a"],"model":"\udc80"}',  # str, not UTF-8-able
     ],
 )
 def test_edge_cases_decode_as_in_python(raw) -> None:
