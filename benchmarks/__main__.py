@@ -552,6 +552,17 @@ def render(results: dict[str, Any]) -> str:
                 verdict(seven["speedup"] >= 2.0),
             )
         )
+        if "speedup_confluent" in seven:
+            rows.append(
+                (
+                    '7k. the same, against `run` with `kafka_client = "confluent-kafka"`: both on '
+                    f"librdkafka, the client Quix Streams runs on ({seven['quix_s']:.1f} s vs "
+                    f"{seven['run_confluent_s']:.1f} s)",
+                    f"{seven['speedup_confluent']:.2f}x",
+                    ">= 2x",
+                    verdict(seven["speedup_confluent"] >= 2.0),
+                )
+            )
     libs = ", ".join(f"{k} {v}" for k, v in m["libraries"].items() if v)
     lines = [
         "# Benchmark results",

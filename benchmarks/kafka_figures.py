@@ -313,6 +313,9 @@ def figure_2(bootstrap: str, duration_s: int, port: int, log, say, compiled: Pat
                 "same_output": len(set(quix_out)) == 1 and bool(quix_out[0].strip()),
                 "output": quix_out[0],
             }
+            if on_librdkafka:  # streameval on the client Quix Streams runs on (librdkafka)
+                result["peer"]["run_confluent_s"] = min(on_librdkafka)
+                result["peer"]["speedup_confluent"] = min(quix) / min(on_librdkafka)
         else:
             result["peer"] = {"skipped": 'quixstreams is not installed: pip install -e ".[bench]"'}
         return result
