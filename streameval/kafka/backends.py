@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from streameval.config import Settings
-from streameval.errors import ConfigError
 from streameval.kafka.changelog import Restorer
 from streameval.kafka.checkpoint import Transactions
 from streameval.kafka.client import ChangelogReader, CheckpointProducer, Consumer
@@ -41,7 +40,12 @@ class Librdkafka(Backend):
         from streameval.kafka.librdkafka import LibrdkafkaConsumer
         from streameval.kafka.protocols import broker_protocol
 
-        return LibrdkafkaConsumer(settings, broker_protocol(settings))
+        consumer = LibrdkafkaConsumer(settings, broker_protocol(settings))
+        if not settings.repartition:
+            return consumer
+        from streameval.kafka.rdstage import StagedConsumer
+
+        return StagedConsumer(settings, consumer)
 
     def transactions(self, settings: Settings, txn_id: str, timeout_ms: int) -> CheckpointProducer:
         from streameval.kafka.rdproducer import LibrdkafkaTransactions
@@ -60,10 +64,4 @@ def backend_for(settings: Settings) -> Backend:
     from streameval.kafka import librdkafka
 
     librdkafka.check_available()
-    if settings.repartition:
-        raise ConfigError(
-            'repartition: not supported yet with kafka_client = "confluent-kafka" (the repartition '
-            "stage runs on kafka-python's client only); leave kafka_client out, or re-key the events "
-            "topics upstream"
-        )
     return CONFLUENT_KAFKA

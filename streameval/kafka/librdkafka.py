@@ -183,6 +183,14 @@ class LibrdkafkaConsumer:
 
         self.consumer.subscribe(list(topics), on_assign=assigned, on_revoke=revoked, on_lost=lost)
 
+    def assign(self, tps: Iterable[TopicPartition]) -> None:
+        """Read these partitions outside the group (:mod:`~streameval.kafka.rdstage`)."""
+        self._call(self.consumer.assign, [ck_tp(tp) for tp in sorted(tps)])
+
+    def unassign(self) -> None:
+        self._call(self.consumer.unassign)
+        self._paused.clear()
+
     def assignment(self) -> set[TopicPartition]:
         try:
             return _tps(self.consumer.assignment())

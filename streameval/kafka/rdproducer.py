@@ -84,6 +84,9 @@ class LibrdkafkaTransactions:
             headers = kwargs.pop("headers", None)
             if headers:
                 kwargs["headers"] = headers
+            timestamp = kwargs.pop("timestamp_ms", None)  # the interface's names are kafka-python's
+            if timestamp is not None:
+                kwargs["timestamp"] = timestamp
             self._produce(producer, topic, value, key, **kwargs)
         except (ck.KafkaException, ValueError, TypeError) as exc:
             raise self._send_failed(topic, exc) from None

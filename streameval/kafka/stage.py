@@ -110,10 +110,9 @@ class Stage:
         self.ends.forget(gone)
 
     def rewind(self) -> None:
-        """Every owned source partition again from its committed offset (after an abort)."""
-        owned = list(self.inputs)
-        self.drop(owned)
-        self.take(owned)
+        """Forget every source partition (after an abort): the loop takes those still assigned
+        again, from their committed offsets."""
+        self.drop(list(self.inputs))
 
     def step(self) -> None:
         """Seek the partitions awaiting it to their committed offsets (retried next round while

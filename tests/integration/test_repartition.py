@@ -152,8 +152,10 @@ def test_two_instances_the_one_running_the_stage_killed_the_survivor_ends_exact(
     the other takes it over from the committed offsets when it dies."""
     impressions, events = log_of(23, n_queries=600)
     make_topics(topics)
+    # the survivor's own partitions run on while the dead member's wait out its session (10 s
+    # with kafka-python, 45 s under KIP-848): their flush queries stay open past that
     configs = [
-        repartition_config(topics, tmp_path / f"{name}.toml", allowed_lateness="30s", commit_interval="1s")
+        repartition_config(topics, tmp_path / f"{name}.toml", allowed_lateness="90s", commit_interval="1s")
         for name in ("a", "b")
     ]
     first, second = Daemon(configs[0]), Daemon(configs[1])
