@@ -75,6 +75,10 @@ transaction.state.log.min.isr=1
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
+# a KIP-848 member that dies (kill -9) loses its partitions after 15 s, not 45 s: the tests
+# kill members; the heartbeat stays 5 s (Kafka 3.9 reads these too, unused there by default)
+group.consumer.min.session.timeout.ms=10000
+group.consumer.session.timeout.ms=15000
 log.cleaner.dedupe.buffer.size=2097152
 log.cleaner.backoff.ms=1000
 num.network.threads=2
