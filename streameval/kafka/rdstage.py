@@ -42,7 +42,9 @@ class StagedConsumer:
         self.group = group
         self.sources = frozenset(settings.repartition)
         self.anchor = TopicPartition(settings.impressions_topic, 0)
-        self.reader: LibrdkafkaConsumer | None = None  # made when this member first owns them
+        #: assigned them while this member owns them, never subscribed; made at start-up, where
+        #: a broker that cannot be reached is reported (not in a rebalance's callback)
+        self.reader = LibrdkafkaConsumer(settings, CLASSIC)
         #: the partitions of the repartitioned topics this member owns now
         self.owned: set[TopicPartition] = set()
 
@@ -85,14 +87,12 @@ class StagedConsumer:
             for topic in sorted(self.sources)
             for p in sorted(self.group.partitions_for_topic(topic) or ())
         }
-        if self.reader is None:
-            self.reader = LibrdkafkaConsumer(self.settings, CLASSIC)  # assigned, never subscribed
         self.reader.assign(tps)
         self.owned = tps
         log.info("partition 0 of %s is this member's: it reads the repartitioned topics", self.anchor.topic)
 
     def _disown(self) -> None:
-        if self.reader is not None and self.owned:
+        if self.owned:
             self.reader.unassign()
         self.owned = set()
 
@@ -100,7 +100,7 @@ class StagedConsumer:
         return self.group.assignment() | self.owned
 
     def poll_round(self, timeout_ms: int, broker_silent: bool) -> dict[TopicPartition, list[Any]]:
-        staged = self.reader.poll_round(0, broker_silent) if self.reader and self.owned else {}
+        staged = self.reader.poll_round(0, broker_silent) if self.owned else {}
         out = self.group.poll_round(0 if staged else timeout_ms, broker_silent)
         for tp, records in staged.items():
             if tp in self.owned:  # not given up by a rebalance inside the group's poll
@@ -121,7 +121,7 @@ class StagedConsumer:
 
     # positions: a repartitioned topic's on the reader (only while owned), the others' on the group
     def _on(self, tp: TopicPartition) -> LibrdkafkaConsumer:
-        if self._source(tp) and self.reader is not None and tp in self.owned:
+        if self._source(tp) and tp in self.owned:
             return self.reader
         return self.group
 
@@ -137,17 +137,15 @@ class StagedConsumer:
     def pause(self, *tps: TopicPartition) -> None:
         mine, group = self._split(tps)
         self.group.pause(*group)
-        if self.reader is not None:
-            self.reader.pause(*(tp for tp in mine if tp in self.owned))
+        self.reader.pause(*(tp for tp in mine if tp in self.owned))
 
     def resume(self, *tps: TopicPartition) -> None:
         mine, group = self._split(tps)
         self.group.resume(*group)
-        if self.reader is not None:
-            self.reader.resume(*(tp for tp in mine if tp in self.owned))
+        self.reader.resume(*(tp for tp in mine if tp in self.owned))
 
     def paused(self) -> set[TopicPartition]:
-        return self.group.paused() | (self.reader.paused() if self.reader is not None else set())
+        return self.group.paused() | self.reader.paused()
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         self._on(tp).seek(tp, offset)
@@ -175,5 +173,4 @@ class StagedConsumer:
 
     def close(self, autocommit: bool = False, timeout_ms: int = 0) -> None:
         self.group.close(autocommit, timeout_ms)  # its listener gives them up first
-        if self.reader is not None:
-            self.reader.close()
+        self.reader.close()
