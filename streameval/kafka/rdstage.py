@@ -26,7 +26,6 @@ from typing import Any
 from kafka import TopicPartition
 
 from streameval.config import Settings
-from streameval.kafka.client import Listed
 from streameval.kafka.librdkafka import LibrdkafkaConsumer
 from streameval.kafka.protocols import CLASSIC
 
@@ -84,8 +83,8 @@ class StagedConsumer:
     def _own(self) -> None:
         tps = {
             TopicPartition(topic, p)
-            for topic in sorted(self.sources)
-            for p in sorted(self.group.partitions_for_topic(topic) or ())
+            for topic in self.sources
+            for p in self.group.partitions_for_topic(topic) or ()
         }
         self.reader.assign(tps)
         self.owned = tps
@@ -166,7 +165,7 @@ class StagedConsumer:
         return self.group.end_offsets(tps, timeout_ms)
 
     def request_end_offsets(self, tps: list[TopicPartition], timeout_ms: int) -> Any:
-        return self.group.request_end_offsets(tps, timeout_ms) if tps else Listed({})
+        return self.group.request_end_offsets(tps, timeout_ms)
 
     def partitions_for_topic(self, topic: str) -> set[int] | None:
         return self.group.partitions_for_topic(topic)
