@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 
 import orjson
 import pytest
 from hypothesis import example, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from streameval import native
+from streameval.kafka import batches
 from streameval.kafka.placement import murmur2
 from streameval.records import decode_event_fields, decode_impression_fields
 
@@ -190,3 +193,103 @@ def test_murmur2_and_placement_equal_pythons(key: bytes, query_id: str, partitio
 def test_a_topic_has_partitions() -> None:
     with pytest.raises(ValueError):
         native.core.Placement(0)
+
+
+# --- kafka-python's record batches (streameval.kafka.batches) --------------------------------
+
+
+def _fields(record) -> tuple:
+    return (
+        record.offset,
+        record.timestamp,
+        record.timestamp_type,
+        record.key,
+        record.value,
+        record.headers,
+        record.size_in_bytes,
+        record.checksum,
+        record.validate_crc(),
+    )
+
+
+def _read(buffer: bytes, through_core: bool) -> list:
+    """The records of a batch as the fetcher reads them, then the error that ended them."""
+    batch = DefaultRecordBatch(buffer)
+    out: list = []
+    try:
+        if through_core:
+            for record in batches.records(batch):
+                out.append(_fields(record))
+        else:  # kafka-python's own reading, a record at a time
+            batch._maybe_uncompress()
+            while True:
+                try:
+                    out.append(_fields(batch.__next__()))
+                except StopIteration:
+                    break
+    except Exception as exc:  # noqa: BLE001 - the same error either way is the point
+        out.append((type(exc), str(exc)))
+    return out
+
+
+def _batch(records, compression: int = 0, base_offset: int = 0) -> bytearray:
+    """A batch of (timestamp, key, value, headers) records, as kafka-python's producer builds it."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=compression,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
+    for i, (ts, key, value, headers) in enumerate(records):
+        builder.append(i, timestamp=ts, key=key, value=value, headers=headers)
+    buffer = builder.build()
+    struct.pack_into(">q", buffer, 0, base_offset)  # the batch's first offset
+    return buffer
+
+
+_maybe_bytes = st.none() | st.binary(max_size=40)
+_record = st.tuples(
+    st.integers(-(2**40), 2**45),
+    _maybe_bytes,
+    _maybe_bytes,
+    st.lists(st.tuples(st.text(max_size=5), _maybe_bytes), max_size=3),
+)
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(st.lists(_record, min_size=1, max_size=30), st.sampled_from([0, 1]), st.booleans())
+def test_record_batches_read_as_kafka_python_reads_them(records, compression, log_append_time) -> None:
+    buffer = _batch(records, compression, base_offset=2**40)
+    if log_append_time:  # the timestamp type is an attribute bit (the checksum is not read here)
+        buffer[DefaultRecordBatch.ATTRIBUTES_OFFSET + 1] |= DefaultRecordBatch.TIMESTAMP_TYPE_MASK
+    expected = _read(bytes(buffer), through_core=False)
+    assert _read(bytes(buffer), through_core=True) == expected
+    assert len(expected) == len(records) and all(len(r) == 9 for r in expected)
+
+
+_HEADER = DefaultRecordBatch.HEADER_STRUCT.size  # the batch's header, before its records
+_sample = bytes(_batch([(1767225600000 + i, b"q%d" % i, b'{"a":1}', [("h", b"v")]) for i in range(3)]))
+
+
+@hypothesis_settings(max_examples=1000, deadline=None)
+@given(st.integers(_HEADER, len(_sample)), st.integers(0, 3), st.binary(max_size=3))
+@example(len(_sample), 0, b"\x00")  # a byte left over after the last record
+@example(_HEADER, 1, b"\xff" * 3)  # a varint past 64 bits
+def test_damaged_record_batches_fail_as_in_kafka_python(at, cut, insert) -> None:
+    damaged = _sample[:at] + insert + _sample[at + cut :]
+    assert _read(damaged, through_core=True) == _read(damaged, through_core=False)
+
+
+def test_a_record_batch_takes_the_native_path(monkeypatch) -> None:
+    batch = DefaultRecordBatch(_sample)
+    assert batches.records(batch) is not batch  # not left to kafka-python's reading
+    control = bytearray(_sample)
+    control[DefaultRecordBatch.ATTRIBUTES_OFFSET + 1] |= DefaultRecordBatch.CONTROL_MASK
+    batch = DefaultRecordBatch(bytes(control))
+    assert batches.records(batch) is batch  # a control batch: kafka-python's ControlRecord
+    monkeypatch.setattr(DefaultRecordBatch, "__iter__", DefaultRecordBatch.__iter__)
+    assert batches.install()
+    assert [r.offset for r in DefaultRecordBatch(_sample)] == [0, 1, 2]

@@ -1,13 +1,15 @@
 """Backends: the Kafka client libraries that can make the daemon's clients (the interface of
 :mod:`~streameval.kafka.client`), chosen by ``kafka_client``: kafka-python (the default) or
 confluent-kafka (:mod:`~streameval.kafka.librdkafka`: its consumer and checkpoint producer; the
-changelog reader stays kafka-python's)."""
+changelog reader stays kafka-python's). Either way kafka-python's record batches are read by the
+native core where it is installed (:mod:`~streameval.kafka.batches`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from streameval.config import Settings
+from streameval.kafka import batches
 from streameval.kafka.changelog import Restorer
 from streameval.kafka.checkpoint import Transactions
 from streameval.kafka.client import ChangelogReader, CheckpointProducer, Consumer
@@ -59,6 +61,7 @@ CONFLUENT_KAFKA = Librdkafka("confluent-kafka")
 
 def backend_for(settings: Settings) -> Backend:
     """The backend ``kafka_client`` names; a ConfigError naming the key when it cannot run."""
+    batches.install()
     if settings.kafka_client == KAFKA_PYTHON.name:
         return KAFKA_PYTHON
     from streameval.kafka import librdkafka
