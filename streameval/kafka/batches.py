@@ -5,10 +5,11 @@ kafka-python reads the records of a batch one at a time in Python (``DefaultReco
 varint at a time), about a fifth of the daemon's main thread on a backlog. :func:`install` makes
 a batch hand its fetcher the records the native core read in one call, as objects with the
 attributes the fetcher reads (offset, timestamp, key, value, headers, ...): the same values, in
-the same order. Anything unusual (a control batch, a compressed batch that kafka-python has not
-decompressed, a record that does not parse, bytes left over) is left to kafka-python's own
-reading, which raises its own errors, so a damaged batch fails exactly as it does without the
-native core. ``tests/test_native.py`` holds the two equal on generated batches.
+the same order (a compressed batch is decompressed by kafka-python first, as before). Anything
+unusual (a control batch, a batch already partly read, a record that does not parse, bytes left
+over) is left to kafka-python's own reading, which raises its own errors, so a damaged batch
+fails exactly as it does without the native core. ``tests/test_native.py`` holds the two equal
+on generated batches.
 
 It changes a class of kafka-python's (its batch iteration), for every consumer of the process,
 and only for the version it was written against: with another, :func:`install` leaves
