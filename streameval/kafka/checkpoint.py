@@ -37,12 +37,21 @@ RECORD_FRAMING_BOUND = 1024
 
 class CheckpointFailed(Exception):
     """The open transaction could not be committed; it has been ended (nothing of it is visible).
-    ``too_large`` tells that a record was refused for its size."""
+    ``too_large`` tells that a record was refused for its size; ``with_dead_letters`` that the
+    wait for acknowledgements ran out in a transaction that sent dead-letter records (their
+    topic may be gone)."""
 
-    def __init__(self, message: str, too_large: bool = False, topic: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        too_large: bool = False,
+        topic: str | None = None,
+        with_dead_letters: bool = False,
+    ) -> None:
         super().__init__(message)
         self.too_large = too_large
         self.topic = topic  # the topic a failed send was for, when one failed
+        self.with_dead_letters = with_dead_letters
 
 
 class Transactions:

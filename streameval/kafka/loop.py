@@ -274,7 +274,8 @@ class ConsumerLoop:
             self.loglines.failure(str(exc))
             if exc.topic == self.settings.changelog_topic or exc.topic is None:
                 self._check_changelog()
-            if exc.topic == self.settings.dead_letter_topic and self.cluster is not None:
+            dead_letters = exc.topic == self.settings.dead_letter_topic or exc.with_dead_letters
+            if dead_letters and self.cluster is not None:
                 self.cluster.ensure_dead_letter()  # deleted while running: create it again
             self.rewind()
             return 0

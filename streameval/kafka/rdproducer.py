@@ -44,6 +44,7 @@ class LibrdkafkaTransactions:
         self.bytes_sent = 0
         self._failed: list[tuple[str, Any]] = []  # (topic, error) of records the broker refused
         self._dead_letter_queued = 0  # bytes of dead-letter records queued since the last flush
+        self._dead_letters_sent = False  # the open transaction sent to the dead-letter topic
 
     def connect(self) -> None:
         producer = connect("producer", ck.Producer, self.config)
@@ -107,10 +108,17 @@ class LibrdkafkaTransactions:
                 raise self._send_failed(topic, exc) from None
         self.send(topic, value, key, headers=headers)
         self._dead_letter_queued += size
+        self._dead_letters_sent = True
 
     def _flush(self, deadline: float | None = None) -> None:
         if self.producer.flush(self.timeout if deadline is None else _left(deadline)) > 0:
-            raise CheckpointFailed("records not acknowledged in time")
+            # librdkafka holds a record for a topic it cannot find (deleted while running) up to
+            # topic.metadata.propagation.max.ms, 30 s, before it fails it, and each new producer
+            # waits that long again: say that dead-letter records were among those waiting, so
+            # that the loop checks the topic (and creates it again) now
+            raise CheckpointFailed(
+                "records not acknowledged in time", with_dead_letters=self._dead_letters_sent
+            )
         self._dead_letter_queued = 0
 
     def send_many(self, topic: str, partition: int, entries: Iterable[tuple[bytes, bytes | None]]) -> int:
@@ -151,6 +159,7 @@ class LibrdkafkaTransactions:
                 listed = [ck_tp(tp, om.offset) for tp, om in offsets.items()]
                 producer.send_offsets_to_transaction(listed, group_metadata, _left(deadline))
             producer.commit_transaction(_left(deadline))
+            self._dead_letters_sent = False
         except CheckpointFailed:
             if self.open:
                 self._end_failed(deadline)
@@ -190,6 +199,7 @@ class LibrdkafkaTransactions:
         self.open = False
         self._failed = []
         self._dead_letter_queued = 0
+        self._dead_letters_sent = False
         if producer is None:
             return
         try:
