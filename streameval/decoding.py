@@ -33,6 +33,7 @@ from streameval.records import (
     label_text,
     parse_ts,
 )
+from streameval.scoring.query import compact
 
 
 def _at(obj: Any, path: Path) -> Any:
@@ -234,6 +235,7 @@ class Decoder:
         mapping = settings.input
         # the native fast paths where installed (the same fields and rejections)
         self._impression_fields = native.impression_decoder(settings.group_by)
+        self._compacted_fields = native.impression_decoder(settings.group_by, compacted=True)
         self._event_fields = native.event_decoder(settings.grades)
         self._impressions = None
         if mapping.impressions is not None:
@@ -249,6 +251,20 @@ class Decoder:
             fields = self._impression_fields(raw)
         else:
             fields = self._impressions(raw, kafka_ts)
+        if type(fields) is Rejection or self.clock is None:
+            return fields
+        return self._guard(fields, fields[1])  # type: ignore[index]
+
+    def impression_compacted(self, raw: bytes | str) -> ImpressionFields | Rejection:
+        """As :meth:`impression`, with the shown list as
+        :func:`~streameval.scoring.query.compact` makes it (how replay's join holds it)."""
+        if self._impressions is None:
+            fields = self._compacted_fields(raw)
+        else:
+            fields = self._impressions(raw, None)
+            if type(fields) is not Rejection:
+                query_id, ts, items, group = fields  # type: ignore[misc]
+                fields = query_id, ts, compact(items), group  # type: ignore[assignment]
         if type(fields) is Rejection or self.clock is None:
             return fields
         return self._guard(fields, fields[1])  # type: ignore[index]

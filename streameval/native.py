@@ -21,6 +21,7 @@ from streameval.records import (
     decode_event_fields,
     decode_impression_fields,
 )
+from streameval.scoring.query import compact
 
 try:
     import streameval_native as core
@@ -32,25 +33,43 @@ VERSION: str | None = getattr(core, "__version__", None)
 
 
 def impression_decoder(
-    group_by: Sequence[str],
+    group_by: Sequence[str], compacted: bool = False
 ) -> Callable[[bytes | str], ImpressionFields | Rejection]:
     """:func:`~streameval.records.decode_impression_fields` for these group fields, through the
-    native fast path where it is installed."""
+    native fast path where it is installed; ``compacted``: with the shown list as
+    :func:`~streameval.scoring.query.compact` makes it (the core builds that string itself)."""
     group_by = tuple(group_by)
+    checked = _compacted_fields(group_by) if compacted else _fields(group_by)
     if core is None:
-        return lambda raw: decode_impression_fields(raw, group_by)
-    fast = core.Impressions(group_by).decode
+        return checked
+    impressions = core.Impressions(group_by)
+    fast = impressions.decode_compact if compacted else impressions.decode
 
     def decode(raw: bytes | str) -> ImpressionFields | Rejection:
         fields = fast(raw)
         if fields is None:
-            return decode_impression_fields(raw, group_by)
+            return checked(raw)
         if type(fields[1]) is str:  # ts as text: read as the Python fast path reads it
             ts = _iso_with_offset(fields[1])
             if ts is None:  # another form, or no time: the checked path decides
-                return decode_impression_fields(raw, group_by)
+                return checked(raw)
             return fields[0], ts, fields[2], fields[3]
         return fields
+
+    return decode
+
+
+def _fields(group_by: tuple[str, ...]) -> Callable[[bytes | str], ImpressionFields | Rejection]:
+    return lambda raw: decode_impression_fields(raw, group_by)
+
+
+def _compacted_fields(group_by: tuple[str, ...]) -> Callable[[bytes | str], ImpressionFields | Rejection]:
+    def decode(raw: bytes | str) -> ImpressionFields | Rejection:
+        fields = decode_impression_fields(raw, group_by)
+        if type(fields) is Rejection:
+            return fields
+        query_id, ts, items, group = fields  # type: ignore[misc]
+        return query_id, ts, compact(items), group  # type: ignore[return-value]
 
     return decode
 

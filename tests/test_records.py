@@ -11,6 +11,7 @@ from streameval.records import (
     Engagement,
     Impression,
     Rejection,
+    decode_impression_fields,
     parse_ts,
 )
 from tests.logs import BAD_EVENTS, BAD_IMPRESSIONS
@@ -230,3 +231,24 @@ def test_the_offset_shortcut_takes_the_common_forms() -> None:
     assert _iso_with_offset("2026-01-01T00:00:00.001+00:00") == 1767225600.001
     assert _iso_with_offset("2026-01-01T00:00:00+01:00") == 1767222000.0
     assert _iso_with_offset("2026-01-01T00:00:00") is None  # no offset: the general route's (UTC)
+
+
+@pytest.mark.parametrize("core", ["installed", "absent"])
+def test_a_compacted_impression_is_compact_of_its_list(monkeypatch, core) -> None:
+    """Replay's decoder gives the shown list as ``compact`` makes it, with the native core (which
+    joins it itself) and without it."""
+    from streameval import native
+    from streameval.scoring.query import compact
+
+    if core == "absent":
+        monkeypatch.setattr(native, "core", None)
+    decode = native.impression_decoder(("model",), compacted=True)
+    for raw in (
+        b'{"query_id":"q","ts":1,"items":["a",5,"b"],"model":"m"}',
+        b'{"query_id":"q","ts":"2026-01-01T00:00:00Z","items":["a\\u001fb","c"]}',
+        b'{"query_id":"q","ts":1,"items":[]}',
+    ):
+        expected = decode_impression_fields(raw, ("model",))
+        if isinstance(expected, tuple):
+            expected = (*expected[:2], compact(expected[2]), expected[3])
+        assert decode(raw) == expected

@@ -265,6 +265,30 @@ fn item_id<'py>(py: Python<'py>, v: Val) -> Option<Bound<'py, PyString>> {
 }
 
 const IMPRESSION_KEYS: [&str; 3] = ["query_id", "ts", "items"];
+/// `streameval.scoring.query.SEP`: joins a shown list into one string
+const SEP: char = '\x1f';
+
+/// SEP item SEP item ... SEP of item ids (strings, or integers as their decimal text); None
+/// when an item holds SEP (the list stays a list) or is not an id (the caller's path decides).
+fn joined(values: &[Val]) -> Option<String> {
+    let mut out = String::with_capacity(values.len() * 8 + 1);
+    out.push(SEP);
+    for v in values {
+        match v {
+            Val::Str(s) => {
+                if s.contains(SEP) {
+                    return None;
+                }
+                out.push_str(s);
+            }
+            Val::I64(i) => out.push_str(&i.to_string()),
+            Val::U64(u) => out.push_str(&u.to_string()),
+            _ => return None,
+        }
+        out.push(SEP);
+    }
+    Some(out)
+}
 
 /// The impressions' fast path for one set of group fields: the keys it reads, each once (a
 /// group field may share a name with another field), and where each label's value is among
@@ -297,6 +321,28 @@ impl Impressions {
     /// `(query_id, ts, items, group)` of a well-formed impression, as the fast path of
     /// `decode_impression_fields` gives it (`ts` a float, or the string it was), else None.
     fn decode<'py>(&self, py: Python<'py>, raw: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        self.fields(py, raw, false)
+    }
+
+    /// As `decode`, with the shown list as `compact` in `streameval.scoring.query` makes it
+    /// (SEP item SEP item ... SEP, or the list when an item holds SEP), built here in one
+    /// string rather than as a list of strings joined in Python.
+    fn decode_compact<'py>(
+        &self,
+        py: Python<'py>,
+        raw: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        self.fields(py, raw, true)
+    }
+}
+
+impl Impressions {
+    fn fields<'py>(
+        &self,
+        py: Python<'py>,
+        raw: &Bound<'py, PyAny>,
+        compact: bool,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
         let Some(text) = text_of(raw) else { return Ok(None) };
         let Some(mut picked) = pick(&text, &self.wanted) else { return Ok(None) };
         // labels first: a label may read the same value as query_id or ts
@@ -314,13 +360,19 @@ impl Impressions {
         if values.is_empty() {
             return Ok(None);
         }
+        let group = PyTuple::new(py, labels)?;
+        if compact {
+            if let Some(joined) = joined(&values) {
+                let items = PyString::new(py, &joined);
+                return Ok(Some(PyTuple::new(py, [query_id.into_any(), ts, items.into_any(), group.into_any()])?));
+            }
+        }
         let mut items = Vec::with_capacity(values.len());
         for v in values {
             let Some(id) = item_id(py, v) else { return Ok(None) };
             items.push(id);
         }
         let items = PyList::new(py, items)?;
-        let group = PyTuple::new(py, labels)?;
         Ok(Some(PyTuple::new(py, [query_id.into_any(), ts, items.into_any(), group.into_any()])?))
     }
 }

@@ -15,7 +15,6 @@ from streameval.decoding import Decoder
 from streameval.errors import InputError
 from streameval.records import Ignored, ImpressionFields, Rejection
 from streameval.replay.progress import Progress
-from streameval.scoring.query import compact
 
 #: one tuple per group: the labels every query of the group holds
 Labels = dict[tuple[str, ...], tuple[str, ...]]
@@ -47,15 +46,14 @@ def _impression_decoder(
     """Decodes an impression, its shown list compacted and its group labels one tuple per group,
     in ``shared_labels`` (held by all its queries, and sent once in a batch of records: marshal
     writes an object it has written before as a reference)."""
-    impression = decoder.impression
+    impression = decoder.impression_compacted  # the shown list as the join keeps it
 
     def decode(raw: bytes) -> ImpressionFields | Rejection:
-        # the shown list as the join keeps it (compact), made where the records are decoded
         fields = impression(raw)
         if type(fields) is Rejection:
             return fields
         query_id, ts, items, group = fields  # type: ignore[misc]
-        return query_id, ts, compact(items), shared_labels.setdefault(group, group)  # type: ignore[return-value]
+        return query_id, ts, items, shared_labels.setdefault(group, group)
 
     return decode
 
