@@ -269,6 +269,28 @@ class Decoder:
             return fields
         return self._guard(fields, fields[1])  # type: ignore[index]
 
+    def impression_lines(self, labels: dict[Any, Any]) -> Callable[[bytes], native.Lines] | None:
+        """``replay``'s reading of a block of whole impression lines in one call to the native
+        core (as :meth:`impression_compacted` reads each, the group tuples shared through
+        ``labels``), or None: without the core, or with an ``[input]`` mapping. A line it leaves
+        comes back as its bytes, for :meth:`impression_compacted` to decide."""
+        read = native.impression_lines(self.group_by)
+        if read is None or self._impressions is not None:
+            return None
+        return lambda data: read(data, self._limit(), labels)
+
+    def event_lines(self, topic: str) -> Callable[[bytes], native.Lines] | None:
+        """As :meth:`impression_lines`, for the events of ``topic`` (as :meth:`event` reads each)."""
+        read = native.event_lines()
+        if read is None or self._events is not None:
+            return None
+        grades, default_type = self.grades, self.topic_types.get(topic)
+        return lambda data: read(data, grades, default_type, self._limit())
+
+    def _limit(self) -> float:
+        """The latest time the event-time guard lets through now."""
+        return math.inf if self.clock is None else self.clock() + self.max_future
+
     def event(
         self, raw: bytes | str, topic: str, kafka_ts: float | None = None
     ) -> EventFields | Rejection | Ignored:
@@ -283,7 +305,7 @@ class Decoder:
 
     def _guard(self, fields: Any, ts: float) -> Any:
         """``fields``, or the ``ts_out_of_range`` Rejection when ``ts`` is too far ahead."""
-        limit = self.clock() + self.max_future  # type: ignore[misc]
+        limit = self._limit()
         if ts > limit:
             return Rejection(
                 "ts_out_of_range",

@@ -97,6 +97,26 @@ def event_decoder(
     return decode
 
 
+#: what a core's ``decode_lines``/``event_lines`` give for a block of lines: the records (the
+#: bytes of a line where Python must decide), the indexes of those lines, the count of lines
+Lines = tuple[list[Any], list[int], int]
+
+
+def impression_lines(
+    group_by: Sequence[str],
+) -> Callable[[bytes, float, dict[Any, Any]], Lines] | None:
+    """The core's reading of a block of impression lines at once, compacted (``replay``), with
+    the event-time guard's limit and the dict of shared group tuples; None without it."""
+    impressions = core.Impressions(tuple(group_by)) if core is not None else None
+    return getattr(impressions, "decode_lines", None)
+
+
+def event_lines() -> Callable[[bytes, Mapping[str, float], str | None, float], Lines] | None:
+    """The core's reading of a block of event lines at once (``replay``): with the grades, the
+    topic's default type and the guard's limit; None without it."""
+    return getattr(core, "event_lines", None)
+
+
 def placement(partitions: int) -> Any:
     """The native ``Placement(partitions)`` (its ``partition_of(query_id)``), None without the
     extension."""

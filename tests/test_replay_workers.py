@@ -190,3 +190,58 @@ def test_a_file_that_cannot_be_cut_is_an_input_error(tmp_path) -> None:
 
     with pytest.raises(InputError, match="cannot be read"):
         _cuts(str(tmp_path), 2)  # a directory: no lines to cut
+
+
+#: lines the block reading must leave to the line-by-line path, or read as it does
+_UNUSUAL = [
+    b'{"query_id":"u1","ts":"2026-01-01T00:00:00Z","items":["a"],"item":"a","type":"click"}\r',
+    b'{"query_id":"u2","ts":4102444800,"items":["a"],"item":"a","type":"click"}',  # past max_future
+    b'\xef\xbb\xbf{"query_id":"u3","ts":1,"items":["a"]}',
+    b'{"query_id":"u4","ts":1,"items":["\xff"],"item":"\xff","type":"click"}',
+    b'{"query_id":"u5","ts":1,"items":["a\\u001fb"],"item":"a","type":"view"}',
+    b"\t\x0b\x0c \r",
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    block=st.sampled_from([1, 7, 64, 1000, 1 << 22]),
+    parts=st.integers(1, 4),
+    blank_lines=st.booleans(),
+    last_newline=st.booleans(),
+)
+def test_blocks_of_lines_read_as_line_by_line(seed, block, parts, blank_lines, last_newline):
+    """The native core's reading of a block of lines at a time (README, Performance) gives the
+    records, in order, and the counts that reading line by line gives, for any block size and
+    any parts of the files."""
+    from streameval import native
+    from streameval.decoding import Decoder
+    from streameval.replay import files
+
+    if native.core is None:
+        pytest.skip("the native core is not installed")
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(files, "BLOCK_BYTES", block)
+        imps, events = write_log(Path(tmp), seed, blank_lines, last_newline)
+        for path in (imps, *events):
+            lines = Path(path).read_bytes().split(b"\n")
+            for line in _UNUSUAL:
+                lines.insert(rng.randrange(len(lines) + 1), line)
+            Path(path).write_bytes(b"\n".join(lines))
+        settings_ = load_settings(None, {}, {})
+        sources = files.sources(settings_, Decoder(settings_, lambda: 1767225600.0), imps, events, {})
+        assert all(source.decode_lines is not None for source in sources)
+
+        def read(blocks: bool) -> tuple:
+            decoding = files.Decoding(Progress(StringIO()))
+            got = []
+            for source in sources:
+                source = source if blocks else source._replace(decode_lines=None)
+                cut = files.cuts(source.path, parts)
+                for start, end in zip(cut, cut[1:], strict=False):
+                    got.append(list(decoding.part(source, start, end)))
+            return got, decoding.counts()
+
+        assert read(True) == read(False)

@@ -10,6 +10,10 @@
 //! - `Impressions(group_by).decode(raw)` and `event(raw, grades, default_type)`: the fast paths of
 //!   `streameval.records.decode_impression_fields` and `decode_event_fields`. A `ts` given as a
 //!   string comes back as that string, for the caller to read as the Python fast path does.
+//!   `decode_compact` gives the shown list joined as `streameval.scoring.query.compact` does.
+//! - `Impressions.decode_lines(data, limit, labels)` and `event_lines(data, grades, default_type,
+//!   limit)`: `replay`'s reading of a block of whole lines in one call, each line as above, and
+//!   a line left to Python (or past the event-time guard's `limit`) as its bytes.
 //! - `murmur2(data)` and `Placement(partitions).partition_of(query_id)`: Kafka's murmur2, as
 //!   `streameval.kafka.placement`.
 //! - `batch_records(buffer, pos, count, base_offset, first_timestamp, log_append_time,
@@ -21,7 +25,7 @@ use std::fmt;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyFloat, PyList, PyString, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyFloat, PyList, PyString, PyTuple};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 /// The label of a group field that is absent or null (`streameval.records.UNKNOWN_GROUP`).
@@ -321,7 +325,9 @@ impl Impressions {
     /// `(query_id, ts, items, group)` of a well-formed impression, as the fast path of
     /// `decode_impression_fields` gives it (`ts` a float, or the string it was), else None.
     fn decode<'py>(&self, py: Python<'py>, raw: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        self.fields(py, raw, false)
+        let Some(text) = text_of(raw) else { return Ok(None) };
+        let parts = self.fields(py, &text, false)?;
+        parts.map(|p| PyTuple::new(py, p)).transpose()
     }
 
     /// As `decode`, with the shown list as `compact` in `streameval.scoring.query` makes it
@@ -332,19 +338,56 @@ impl Impressions {
         py: Python<'py>,
         raw: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        self.fields(py, raw, true)
+        let Some(text) = text_of(raw) else { return Ok(None) };
+        let parts = self.fields(py, &text, true)?;
+        parts.map(|p| PyTuple::new(py, p)).transpose()
+    }
+
+    /// The lines of `data` (JSONL, whole lines) as `decode_compact` reads each, for replay:
+    /// `(records, slow, lines)`. `records` holds, in order, one entry per line that is not
+    /// blank: the fields, with the group tuple taken from `labels` (set there when new), or
+    /// the line's bytes when Python must decide (`slow`: their indexes): anything the fast path
+    /// leaves, a `ts` given as a string, or one past `limit` (the event-time guard's).
+    fn decode_lines<'py>(
+        &self,
+        py: Python<'py>,
+        data: &[u8],
+        limit: f64,
+        labels: &Bound<'py, PyDict>,
+    ) -> PyResult<(Bound<'py, PyList>, Vec<usize>, usize)> {
+        let records = PyList::empty(py);
+        let mut slow = Vec::new();
+        for line in lines(data) {
+            let parts = match std::str::from_utf8(line) {
+                Ok(text) => self.fields(py, text, true)?,
+                Err(_) => None,
+            };
+            match parts.filter(|p| within(&p[1], limit)) {
+                Some([query_id, ts, items, group]) => {
+                    let group = match labels.get_item(&group)? {
+                        Some(known) => known,
+                        None => {
+                            labels.set_item(&group, &group)?;
+                            group
+                        }
+                    };
+                    records.append(PyTuple::new(py, [query_id, ts, items, group])?)?;
+                }
+                None => {
+                    slow.push(records.len());
+                    records.append(PyBytes::new(py, line))?;
+                }
+            }
+        }
+        let count = records.len();
+        Ok((records, slow, count))
     }
 }
 
 impl Impressions {
-    fn fields<'py>(
-        &self,
-        py: Python<'py>,
-        raw: &Bound<'py, PyAny>,
-        compact: bool,
-    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let Some(text) = text_of(raw) else { return Ok(None) };
-        let Some(mut picked) = pick(&text, &self.wanted) else { return Ok(None) };
+    /// `[query_id, ts, items, group]` of a well-formed impression, or None.
+    fn fields<'py>(&self, py: Python<'py>, text: &str, compact: bool) -> PyResult<Option<[Bound<'py, PyAny>; 4]>> {
+        let Some(mut picked) = pick(text, &self.wanted) else { return Ok(None) };
         // labels first: a label may read the same value as query_id or ts
         let mut labels = Vec::with_capacity(self.slot_of_label.len());
         for &slot in &self.slot_of_label {
@@ -360,11 +403,10 @@ impl Impressions {
         if values.is_empty() {
             return Ok(None);
         }
-        let group = PyTuple::new(py, labels)?;
+        let group = PyTuple::new(py, labels)?.into_any();
         if compact {
             if let Some(joined) = joined(&values) {
-                let items = PyString::new(py, &joined);
-                return Ok(Some(PyTuple::new(py, [query_id.into_any(), ts, items.into_any(), group.into_any()])?));
+                return Ok(Some([query_id.into_any(), ts, PyString::new(py, &joined).into_any(), group]));
             }
         }
         let mut items = Vec::with_capacity(values.len());
@@ -372,8 +414,23 @@ impl Impressions {
             let Some(id) = item_id(py, v) else { return Ok(None) };
             items.push(id);
         }
-        let items = PyList::new(py, items)?;
-        Ok(Some(PyTuple::new(py, [query_id.into_any(), ts, items.into_any(), group.into_any()])?))
+        let items = PyList::new(py, items)?.into_any();
+        Ok(Some([query_id.into_any(), ts, items, group]))
+    }
+}
+
+/// The lines of JSONL text, each with its line end, as Python's binary file iteration gives
+/// them, but for blank ones (only ASCII white space: ``bytes.isspace()``), which are not records.
+fn lines(data: &[u8]) -> impl Iterator<Item = &[u8]> {
+    data.split_inclusive(|&b| b == b'\n')
+        .filter(|line| !line.iter().all(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0b' | b'\x0c')))
+}
+
+/// Whether `ts` is a number no later than `limit` (a string is left to Python).
+fn within(ts: &Bound<PyAny>, limit: f64) -> bool {
+    match ts.cast::<PyFloat>() {
+        Ok(f) => f.value() <= limit,
+        Err(_) => false,
     }
 }
 
@@ -391,12 +448,52 @@ fn event<'py>(
     default_type: Option<Bound<'py, PyString>>,
 ) -> PyResult<Option<Bound<'py, PyTuple>>> {
     let Some(text) = text_of(raw) else { return Ok(None) };
-    let Some(mut picked) = pick(&text, &EVENT_KEYS) else { return Ok(None) };
+    let parts = event_fields(py, &text, grades, default_type.as_ref())?;
+    parts.map(|p| PyTuple::new(py, p)).transpose()
+}
+
+/// The lines of `data` as `event` reads each, for replay: `(records, slow, lines)` as
+/// `Impressions.decode_lines` gives them (no labels).
+#[pyfunction]
+#[pyo3(signature = (data, grades, default_type, limit))]
+fn event_lines<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    grades: &Bound<'py, PyAny>,
+    default_type: Option<Bound<'py, PyString>>,
+    limit: f64,
+) -> PyResult<(Bound<'py, PyList>, Vec<usize>, usize)> {
+    let records = PyList::empty(py);
+    let mut slow = Vec::new();
+    for line in lines(data) {
+        let parts = match std::str::from_utf8(line) {
+            Ok(text) => event_fields(py, text, grades, default_type.as_ref())?,
+            Err(_) => None,
+        };
+        match parts.filter(|p| within(&p[3], limit)) {
+            Some(p) => records.append(PyTuple::new(py, p)?)?,
+            None => {
+                slow.push(records.len());
+                records.append(PyBytes::new(py, line))?;
+            }
+        }
+    }
+    let count = records.len();
+    Ok((records, slow, count))
+}
+
+fn event_fields<'py>(
+    py: Python<'py>,
+    text: &str,
+    grades: &Bound<'py, PyAny>,
+    default_type: Option<&Bound<'py, PyString>>,
+) -> PyResult<Option<[Bound<'py, PyAny>; 5]>> {
+    let Some(mut picked) = pick(text, &EVENT_KEYS) else { return Ok(None) };
     let Some(query_id) = string(py, picked.take(0)) else { return Ok(None) };
     let Some(item) = picked.take(1).and_then(|v| item_id(py, v)) else { return Ok(None) };
     let event_type = match picked.take(2) {
         None | Some(Val::Null) => match default_type {
-            Some(t) => t,
+            Some(t) => t.clone(),
             None => return Ok(None),
         },
         Some(Val::Str(s)) => PyString::new(py, &s),
@@ -411,10 +508,7 @@ fn event<'py>(
     if !grades.contains(&event_type)? {
         return Ok(None);
     }
-    Ok(Some(PyTuple::new(
-        py,
-        [query_id.into_any(), item.into_any(), event_type.into_any(), ts, event_id],
-    )?))
+    Ok(Some([query_id.into_any(), item.into_any(), event_type.into_any(), ts, event_id]))
 }
 
 /// Kafka's murmur2 (`Utils.murmur2` of the Java client, seed 0x9747b28c).
@@ -627,6 +721,7 @@ fn read_record(
 fn streameval_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Impressions>()?;
     m.add_function(wrap_pyfunction!(event, m)?)?;
+    m.add_function(wrap_pyfunction!(event_lines, m)?)?;
     m.add_function(wrap_pyfunction!(murmur2, m)?)?;
     m.add_class::<Placement>()?;
     m.add_class::<Record>()?;
