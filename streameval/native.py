@@ -97,9 +97,10 @@ def event_decoder(
     return decode
 
 
-#: what a core's ``decode_lines``/``event_lines`` give for a block of lines: the records (the
-#: bytes of a line where Python must decide), the indexes of those lines, the count of lines
-Lines = tuple[list[Any], list[int], int]
+#: what a core's ``decode_lines``/``event_lines`` give for a block of lines: the records, one
+#: per line that is not blank (the bytes of a line where Python must decide), and the indexes
+#: of those lines
+Lines = tuple[list[Any], list[int]]
 
 
 def impression_lines(

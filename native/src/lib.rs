@@ -12,8 +12,8 @@
 //!   string comes back as that string, for the caller to read as the Python fast path does.
 //!   `decode_compact` gives the shown list joined as `streameval.scoring.query.compact` does.
 //! - `Impressions.decode_lines(data, limit, labels)` and `event_lines(data, grades, default_type,
-//!   limit)`: `replay`'s reading of a block of whole lines in one call, each line as above, and
-//!   a line left to Python (or past the event-time guard's `limit`) as its bytes.
+//!   limit)`: `replay`'s reading of a block of whole lines in one call (`read_lines`), each line
+//!   as above, and a line left to Python (or past the event-time guard's `limit`) as its bytes.
 //! - `murmur2(data)` and `Placement(partitions).partition_of(query_id)`: Kafka's murmur2, as
 //!   `streameval.kafka.placement`.
 //! - `batch_records(buffer, pos, count, base_offset, first_timestamp, log_append_time,
@@ -325,9 +325,7 @@ impl Impressions {
     /// `(query_id, ts, items, group)` of a well-formed impression, as the fast path of
     /// `decode_impression_fields` gives it (`ts` a float, or the string it was), else None.
     fn decode<'py>(&self, py: Python<'py>, raw: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let Some(text) = text_of(raw) else { return Ok(None) };
-        let parts = self.fields(py, &text, false)?;
-        parts.map(|p| PyTuple::new(py, p)).transpose()
+        self.tuple(py, raw, false)
     }
 
     /// As `decode`, with the shown list as `compact` in `streameval.scoring.query` makes it
@@ -338,53 +336,43 @@ impl Impressions {
         py: Python<'py>,
         raw: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let Some(text) = text_of(raw) else { return Ok(None) };
-        let parts = self.fields(py, &text, true)?;
-        parts.map(|p| PyTuple::new(py, p)).transpose()
+        self.tuple(py, raw, true)
     }
 
     /// The lines of `data` (JSONL, whole lines) as `decode_compact` reads each, for replay:
-    /// `(records, slow, lines)`. `records` holds, in order, one entry per line that is not
-    /// blank: the fields, with the group tuple taken from `labels` (set there when new), or
-    /// the line's bytes when Python must decide (`slow`: their indexes): anything the fast path
-    /// leaves, a `ts` given as a string, or one past `limit` (the event-time guard's).
+    /// `(records, slow)` as `read_lines` gives them, the group tuple taken from `labels` (set
+    /// there when new); a `ts` past `limit` (the event-time guard's) is left to Python.
     fn decode_lines<'py>(
         &self,
         py: Python<'py>,
         data: &[u8],
         limit: f64,
         labels: &Bound<'py, PyDict>,
-    ) -> PyResult<(Bound<'py, PyList>, Vec<usize>, usize)> {
-        let records = PyList::empty(py);
-        let mut slow = Vec::new();
-        for line in lines(data) {
-            let parts = match std::str::from_utf8(line) {
-                Ok(text) => self.fields(py, text, true)?,
-                Err(_) => None,
-            };
-            match parts.filter(|p| within(&p[1], limit)) {
-                Some([query_id, ts, items, group]) => {
-                    let group = match labels.get_item(&group)? {
-                        Some(known) => known,
-                        None => {
-                            labels.set_item(&group, &group)?;
-                            group
-                        }
-                    };
-                    records.append(PyTuple::new(py, [query_id, ts, items, group])?)?;
-                }
-                None => {
-                    slow.push(records.len());
-                    records.append(PyBytes::new(py, line))?;
-                }
+    ) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
+        read_lines(py, data, |text| {
+            let Some([query_id, ts, items, group]) = self.fields(py, text, true)? else { return Ok(None) };
+            if !within(&ts, limit) {
+                return Ok(None);
             }
-        }
-        let count = records.len();
-        Ok((records, slow, count))
+            let group = match labels.get_item(&group)? {
+                Some(known) => known,
+                None => {
+                    labels.set_item(&group, &group)?;
+                    group
+                }
+            };
+            PyTuple::new(py, [query_id, ts, items, group]).map(Some)
+        })
     }
 }
 
 impl Impressions {
+    fn tuple<'py>(&self, py: Python<'py>, raw: &Bound<'py, PyAny>, compact: bool) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let Some(text) = text_of(raw) else { return Ok(None) };
+        let parts = self.fields(py, &text, compact)?;
+        parts.map(|p| PyTuple::new(py, p)).transpose()
+    }
+
     /// `[query_id, ts, items, group]` of a well-formed impression, or None.
     fn fields<'py>(&self, py: Python<'py>, text: &str, compact: bool) -> PyResult<Option<[Bound<'py, PyAny>; 4]>> {
         let Some(mut picked) = pick(text, &self.wanted) else { return Ok(None) };
@@ -426,6 +414,33 @@ fn lines(data: &[u8]) -> impl Iterator<Item = &[u8]> {
         .filter(|line| !line.iter().all(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0b' | b'\x0c')))
 }
 
+/// The lines of `data` decoded by `decode` (None: left to Python), for replay: `(records, slow)`.
+/// `records` holds, in order, one entry per line that is not blank: what `decode` made of it,
+/// or the line's bytes when Python must decide (not UTF-8, or `decode` left it); `slow` holds
+/// the indexes of those.
+fn read_lines<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    mut decode: impl FnMut(&str) -> PyResult<Option<Bound<'py, PyTuple>>>,
+) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
+    let records = PyList::empty(py);
+    let mut slow = Vec::new();
+    for line in lines(data) {
+        let decoded = match std::str::from_utf8(line) {
+            Ok(text) => decode(text)?,
+            Err(_) => None,
+        };
+        match decoded {
+            Some(record) => records.append(record)?,
+            None => {
+                slow.push(records.len());
+                records.append(PyBytes::new(py, line))?;
+            }
+        }
+    }
+    Ok((records, slow))
+}
+
 /// Whether `ts` is a number no later than `limit` (a string is left to Python).
 fn within(ts: &Bound<PyAny>, limit: f64) -> bool {
     match ts.cast::<PyFloat>() {
@@ -452,8 +467,8 @@ fn event<'py>(
     parts.map(|p| PyTuple::new(py, p)).transpose()
 }
 
-/// The lines of `data` as `event` reads each, for replay: `(records, slow, lines)` as
-/// `Impressions.decode_lines` gives them (no labels).
+/// The lines of `data` as `event` reads each, for replay: `(records, slow)` as `read_lines`
+/// gives them; a `ts` past `limit` (the event-time guard's) is left to Python.
 #[pyfunction]
 #[pyo3(signature = (data, grades, default_type, limit))]
 fn event_lines<'py>(
@@ -462,24 +477,13 @@ fn event_lines<'py>(
     grades: &Bound<'py, PyAny>,
     default_type: Option<Bound<'py, PyString>>,
     limit: f64,
-) -> PyResult<(Bound<'py, PyList>, Vec<usize>, usize)> {
-    let records = PyList::empty(py);
-    let mut slow = Vec::new();
-    for line in lines(data) {
-        let parts = match std::str::from_utf8(line) {
-            Ok(text) => event_fields(py, text, grades, default_type.as_ref())?,
-            Err(_) => None,
-        };
-        match parts.filter(|p| within(&p[3], limit)) {
-            Some(p) => records.append(PyTuple::new(py, p)?)?,
-            None => {
-                slow.push(records.len());
-                records.append(PyBytes::new(py, line))?;
-            }
+) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
+    read_lines(py, data, |text| {
+        match event_fields(py, text, grades, default_type.as_ref())? {
+            Some(p) if within(&p[3], limit) => PyTuple::new(py, p).map(Some),
+            _ => Ok(None),
         }
-    }
-    let count = records.len();
-    Ok((records, slow, count))
+    })
 }
 
 fn event_fields<'py>(

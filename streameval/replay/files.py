@@ -155,7 +155,8 @@ class Decoding:
                         block, rest = rest, b""  # the last line, without a line end
                     else:
                         break
-                    records, slow, count = decode_lines(block)
+                    records, slow = decode_lines(block)
+                    read += len(records)
                     for i in slow:
                         record = decode(records[i])
                         if type(record) is Rejection:
@@ -165,7 +166,6 @@ class Decoding:
                             ignored[(topic, record.type)] += 1
                             record = None
                         records[i] = record
-                    read += count
                     self.progress.update("read", read)
                     yield from (filter(None, records) if slow else records)
         except OSError as exc:
