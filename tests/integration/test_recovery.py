@@ -83,10 +83,11 @@ class Feed(threading.Thread):
         for i, (topic, raw) in enumerate(self.records):
             ts = ts_of(raw)
             if ts is not None:
-                if first is not None and ts - first > FLUSH_SPAN_S:
+                if first is None:
+                    first = ts
+                elif ts - first > FLUSH_SPAN_S:
                     producer.flush()
-                    first = None
-                first = ts if first is None else first
+                    first = ts
             producer.send(topic, value=raw, key=key_of(raw))
             if i % 25 == 24:
                 producer.flush()
