@@ -6,6 +6,10 @@ so a record would cost more the larger the state. Here items are bucketed by who
 heap per second, and a heap of the seconds that hold items. With many items a second (a large
 state) an operation sorts within one second's items; with few, the heap of seconds is small.
 Items come out in the order one heap would give: by time, then by arrival.
+
+:func:`deadlines` gives the native core's ``Deadlines`` where it is installed (README,
+Performance: "The native core"): one binary heap of (time, arrival) in compiled code, which
+hands out the same items in the same order (``tests/test_deadlines.py`` holds the two equal).
 """
 
 from __future__ import annotations
@@ -14,9 +18,23 @@ import heapq
 import itertools
 import math
 import sys
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
+
+from streameval.native import core
 
 T = TypeVar("T")
+
+
+class Queue(Protocol[T]):
+    """What the join needs of deadlines: :class:`Deadlines`, or the native core's (a compiled
+    build checks attribute types, so the join's are typed by this protocol)."""
+
+    def __len__(self) -> int: ...
+
+    def push(self, when: float, item: T) -> None: ...
+
+    def pop_due(self, watermark: float) -> list[T]: ...
+
 _INFINITE = sys.maxsize  # the "second" of items at +inf (never due) and, negated, at -inf
 
 
@@ -67,3 +85,11 @@ class Deadlines(Generic[T]):
             heapq.heappop(seconds)
         self._len -= len(out)
         return out
+
+
+def deadlines() -> Queue[T]:
+    """An empty :class:`Deadlines`: the native core's where it is installed."""
+    if core is None:
+        return Deadlines()
+    queue: Queue[T] = core.Deadlines()
+    return queue

@@ -31,7 +31,7 @@ from typing import Protocol
 
 from streameval.changes import Changes, Unrecorded
 from streameval.config import Settings
-from streameval.deadlines import Deadlines
+from streameval.deadlines import Queue, deadlines
 from streameval.records import Engagement, Impression
 from streameval.scoring import QueryScore, Scorer
 
@@ -104,10 +104,10 @@ class Joiner:
         #: keys changed since the last checkpoint, when the owner tracks them (the daemon)
         #: the state keys changed since the last checkpoint (shared with the windows)
         self.changes: Changes = Unrecorded()
-        self._settle_at: Deadlines[str] = Deadlines()  # query ids, by ts + max horizon
-        self._orphan_expiry: Deadlines[Engagement] = Deadlines()
-        self._tombstone_expiry: Deadlines[str] = Deadlines()
-        self._seen_expiry: Deadlines[tuple[str, ...] | str] = Deadlines()
+        self._settle_at: Queue[str] = deadlines()  # query ids, by ts + max horizon
+        self._orphan_expiry: Queue[Engagement] = deadlines()
+        self._tombstone_expiry: Queue[str] = deadlines()
+        self._seen_expiry: Queue[tuple[str, ...] | str] = deadlines()
 
     # --- records -------------------------------------------------------------------------------
 

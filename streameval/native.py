@@ -2,9 +2,10 @@
 
 ``streameval_native`` is a compiled extension (Rust, built from ``native/`` of the source tree)
 with the per-record work that is a pure function of a record's bytes: the decoders' fast paths
-and Kafka's murmur2. It returns what the Python code returns, or None where it leaves a record
-to it, and never decides a rejection; the pure-Python core stays the reference
-(``tests/test_native.py`` holds the two equal). Without the extension, everything runs as
+and Kafka's murmur2 (and the join's deadlines: :func:`streameval.deadlines.deadlines`). It
+returns what the Python code returns, or None where it leaves a record to it, and never decides
+a rejection; the pure-Python core stays the reference (``tests/test_native.py`` and
+``tests/test_deadlines.py`` hold the two equal). Without the extension, everything runs as
 before.
 """
 

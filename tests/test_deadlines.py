@@ -1,4 +1,5 @@
-"""Deadlines hand items out exactly as one heap of (time, arrival) would."""
+"""Deadlines hand items out exactly as one heap of (time, arrival) would: the pure-Python ones
+and the native core's (where it is installed; ``.ci/run`` installs it)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ import heapq
 import itertools
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streameval.deadlines import Deadlines
+from streameval import native
+from streameval.deadlines import Deadlines, Queue, deadlines
 
 times = st.one_of(
     st.floats(-5.0, 5.0, allow_nan=False),
@@ -18,10 +21,15 @@ times = st.one_of(
 steps = st.lists(st.one_of(st.tuples(st.just("push"), times), st.tuples(st.just("pop"), times)), max_size=80)
 
 
+native_only = pytest.mark.skipif(native.core is None, reason="the native core is not installed")
+KINDS = [pytest.param(Deadlines, id="python"), pytest.param(deadlines, id="native", marks=native_only)]
+
+
+@pytest.mark.parametrize("make", KINDS)
 @settings(max_examples=500)
-@given(steps)
-def test_the_same_order_as_a_heap(ops) -> None:
-    ours: Deadlines[int] = Deadlines()
+@given(ops=steps)
+def test_the_same_order_as_a_heap(make, ops) -> None:
+    ours: Queue[int] = make()
     heap: list[tuple[float, int, int]] = []
     seq = itertools.count()
     for n, (op, when) in enumerate(ops):
@@ -34,3 +42,8 @@ def test_the_same_order_as_a_heap(ops) -> None:
                 expected.append(heapq.heappop(heap)[2])
             assert ours.pop_due(when) == expected
         assert len(ours) == len(heap)
+
+
+@native_only
+def test_the_native_core_gives_its_own() -> None:
+    assert type(deadlines()) is native.core.Deadlines  # type: ignore[union-attr]

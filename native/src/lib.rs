@@ -1,5 +1,5 @@
 //! streameval's optional native core: the per-record work that is a pure function of a
-//! record's bytes, in compiled code.
+//! record's bytes, and the join's deadlines, in compiled code.
 //!
 //! The pure-Python core stays the reference. Each function here returns exactly what its
 //! Python counterpart returns, or None where it leaves the record to the Python code (anything
@@ -19,6 +19,9 @@
 //! - `batch_records(buffer, pos, count, base_offset, first_timestamp, log_append_time,
 //!   timestamp_type)`: the records of a Kafka record batch (message format v2) as kafka-python's
 //!   `DefaultRecordBatch` reads them, for `streameval.kafka.batches`.
+//! - `Deadlines()`: `streameval.deadlines.Deadlines` (`deadlines.rs`), the join's pending items.
+
+mod deadlines;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -730,6 +733,7 @@ fn streameval_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Placement>()?;
     m.add_class::<Record>()?;
     m.add_function(wrap_pyfunction!(batch_records, m)?)?;
+    m.add_class::<deadlines::Deadlines>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
