@@ -119,6 +119,21 @@ def event_lines() -> Callable[[bytes, Mapping[str, float], str | None, float], L
     return getattr(core, "event_lines", None)
 
 
+def impression_values(
+    group_by: Sequence[str],
+) -> Callable[[list[Any], float, dict[Any, Any]], Lines] | None:
+    """The core's reading of a list of Kafka records' values at once, as
+    :func:`impression_lines` reads lines (the daemon): a value it leaves comes back as it was;
+    None without it."""
+    impressions = core.Impressions(tuple(group_by)) if core is not None else None
+    return getattr(impressions, "decode_values", None)
+
+
+def event_values() -> Callable[[list[Any], Mapping[str, float], str | None, float], Lines] | None:
+    """As :func:`impression_values`, for events (as :func:`event_lines` reads lines)."""
+    return getattr(core, "event_values", None)
+
+
 def placement(partitions: int) -> Any:
     """The native ``Placement(partitions)`` (its ``partition_of(query_id)``), None without the
     extension."""

@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from streameval.changes import Changes
 from streameval.clock import Watermark
@@ -140,6 +141,16 @@ class Pipeline:
         if topic == self.settings.impressions_topic:
             return self.decode_impression(raw, kafka_ts)
         return self.decode_event(raw, topic, kafka_ts)
+
+    def decode_values(
+        self, topic: str, values: list[Any]
+    ) -> list[Impression | Engagement | Rejection | Ignored]:
+        """Kafka records' values of ``topic`` (None: an empty one) decoded as :meth:`decode`
+        decodes each, in one call to the native core where it is installed; an impression's
+        shown list compacted (:func:`~streameval.scoring.query.compact`), as the join holds it."""
+        if topic == self.settings.impressions_topic:
+            return [Impression(*f) if type(f) is tuple else f for f in self.decoder.impression_values(values)]  # type: ignore[misc]
+        return [Engagement(*f) if type(f) is tuple else f for f in self.decoder.event_values(values, topic)]  # type: ignore[misc]
 
     def handle(self, topic: str, record: Impression | Engagement | Rejection | Ignored) -> None:
         """Count one decoded record of ``topic`` as consumed, and reject, ignore or process it."""

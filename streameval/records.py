@@ -45,11 +45,13 @@ _STRING_OR_INT = frozenset((str, int))
 # each field through object.__setattr__, which made it 4x slower to build (one per record).
 @dataclass(slots=True)
 class Impression:
-    """One served ranking ("query"). ``items`` are strings, rank 1 first."""
+    """One served ranking ("query"). ``items`` are strings, rank 1 first: a tuple, or, as the
+    daemon decodes them, the list :func:`~streameval.scoring.query.compact` makes (one string
+    ``SEP item SEP ... SEP``, how the join holds it)."""
 
     query_id: str
     ts: float
-    items: tuple[str, ...]
+    items: Sequence[str]
     group: tuple[str, ...]
 
 

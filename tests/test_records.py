@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -14,6 +15,7 @@ from streameval.records import (
     decode_impression_fields,
     parse_ts,
 )
+from streameval.scoring.query import compact
 from tests.logs import BAD_EVENTS, BAD_IMPRESSIONS
 from tests.pipelines import decode_event, decode_impression, ingest
 
@@ -252,3 +254,41 @@ def test_a_compacted_impression_is_compact_of_its_list(monkeypatch, core) -> Non
         if isinstance(expected, tuple):
             expected = (*expected[:2], compact(expected[2]), expected[3])
         assert decode(raw) == expected
+
+
+# Kafka records' values as the daemon gets them: good ones, each kind of rejection, and the ones
+# the native core leaves to Python (None, not UTF-8, a ts as text, past max_future, SEP in an id)
+_KAFKA_VALUES = [
+    None,
+    b"",
+    b"\xff\xfe",
+    orjson.dumps({"query_id": "q1", "ts": 1767225600.5, "items": ["a", "b", 3], "model": "m"}),
+    orjson.dumps({"query_id": "q2", "ts": "2026-01-01T00:00:00Z", "items": ["a"], "item": "a"}),
+    orjson.dumps({"query_id": "q3", "ts": 4102444800, "items": ["a"], "item": "a", "type": "click"}),
+    orjson.dumps({"query_id": "q4", "ts": 1767225600, "items": ["a\x1fb", "c"], "item": "c"}),
+    orjson.dumps({"query_id": "q5", "item": "a", "type": "purchase", "ts": 1767225601, "event_id": "e"}),
+    orjson.dumps({"query_id": "q6", "item": 7, "ts": 1767225602}),
+    orjson.dumps({"query_id": "q7", "item": "a", "type": "view", "ts": 1767225603}),
+    *(raw for raw, _ in BAD_IMPRESSIONS),
+    *(raw for raw, _ in BAD_EVENTS),
+]
+
+
+def _as_compacted(record: object) -> object:
+    """``record`` with an impression's shown list as the join holds it (one string, or a list)."""
+    if type(record) is not Impression:
+        return record
+    items = compact(record.items)  # type: ignore[attr-defined]
+    return Impression(record.query_id, record.ts, items if type(items) is str else list(items), record.group)  # type: ignore[attr-defined]
+
+
+@given(st.lists(st.sampled_from(_KAFKA_VALUES), max_size=40))
+def test_kafka_values_decode_as_one_at_a_time(values) -> None:
+    """The daemon decodes a poll's values of a partition in one call (into the native core,
+    where it is installed): the same records, rejections and reasons as one at a time."""
+    settings = load_settings(None, {}, {"events_topics": {"clicks": "click"}})
+    pipeline = Pipeline(settings, wall_clock=lambda: 1767225600.0)  # the guard's clock
+    for topic in (settings.impressions_topic, "clicks", "events"):
+        got = [_as_compacted(r) for r in pipeline.decode_values(topic, list(values))]
+        expected = [_as_compacted(pipeline.decode(topic, b"" if v is None else v)) for v in values]
+        assert got == expected

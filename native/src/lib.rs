@@ -14,6 +14,9 @@
 //! - `Impressions.decode_lines(data, limit, labels)` and `event_lines(data, grades, default_type,
 //!   limit)`: `replay`'s reading of a block of whole lines in one call (`read_lines`), each line
 //!   as above, and a line left to Python (or past the event-time guard's `limit`) as its bytes.
+//!   `Impressions.decode_values(values, limit, labels)` and `event_values(values, grades,
+//!   default_type, limit)`: the same for a list of Kafka records' values (`read_values`), for
+//!   the daemon; a value left to Python comes back as it was.
 //! - `murmur2(data)` and `Placement(partitions).partition_of(query_id)`: Kafka's murmur2, as
 //!   `streameval.kafka.placement`.
 //! - `batch_records(buffer, pos, count, base_offset, first_timestamp, log_append_time,
@@ -352,24 +355,46 @@ impl Impressions {
         limit: f64,
         labels: &Bound<'py, PyDict>,
     ) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
-        read_lines(py, data, |text| {
-            let Some([query_id, ts, items, group]) = self.fields(py, text, true)? else { return Ok(None) };
-            if !within(&ts, limit) {
-                return Ok(None);
-            }
-            let group = match labels.get_item(&group)? {
-                Some(known) => known,
-                None => {
-                    labels.set_item(&group, &group)?;
-                    group
-                }
-            };
-            PyTuple::new(py, [query_id, ts, items, group]).map(Some)
-        })
+        read_lines(py, data, |text| self.compact_within(py, text, limit, labels))
+    }
+
+    /// The values of a list (Kafka records' values: bytes, or None) as `decode_lines` reads
+    /// each line, for the daemon: `(records, slow)` as `read_values` gives them.
+    fn decode_values<'py>(
+        &self,
+        py: Python<'py>,
+        values: &Bound<'py, PyList>,
+        limit: f64,
+        labels: &Bound<'py, PyDict>,
+    ) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
+        read_values(py, values, |text| self.compact_within(py, text, limit, labels))
     }
 }
 
 impl Impressions {
+    /// `decode_compact`'s tuple of one record whose `ts` is a number no later than `limit`,
+    /// its group tuple taken from `labels` (set there when new), else None.
+    fn compact_within<'py>(
+        &self,
+        py: Python<'py>,
+        text: &str,
+        limit: f64,
+        labels: &Bound<'py, PyDict>,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let Some([query_id, ts, items, group]) = self.fields(py, text, true)? else { return Ok(None) };
+        if !within(&ts, limit) {
+            return Ok(None);
+        }
+        let group = match labels.get_item(&group)? {
+            Some(known) => known,
+            None => {
+                labels.set_item(&group, &group)?;
+                group
+            }
+        };
+        PyTuple::new(py, [query_id, ts, items, group]).map(Some)
+    }
+
     fn tuple<'py>(&self, py: Python<'py>, raw: &Bound<'py, PyAny>, compact: bool) -> PyResult<Option<Bound<'py, PyTuple>>> {
         let Some(text) = text_of(raw) else { return Ok(None) };
         let parts = self.fields(py, &text, compact)?;
@@ -444,6 +469,36 @@ fn read_lines<'py>(
     Ok((records, slow))
 }
 
+/// The values of `values` decoded by `decode` (None: left to Python), for the daemon:
+/// `(records, slow)`, `records` holding what `decode` made of each value, or the value itself
+/// where Python must decide (not bytes, not UTF-8, or `decode` left it), `slow` the indexes of
+/// those.
+fn read_values<'py>(
+    py: Python<'py>,
+    values: &Bound<'py, PyList>,
+    mut decode: impl FnMut(&str) -> PyResult<Option<Bound<'py, PyTuple>>>,
+) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
+    let records = PyList::empty(py);
+    let mut slow = Vec::new();
+    for value in values.iter() {
+        let decoded = match value.cast::<PyBytes>() {
+            Ok(b) => match std::str::from_utf8(b.as_bytes()) {
+                Ok(text) => decode(text)?,
+                Err(_) => None,
+            },
+            Err(_) => None,
+        };
+        match decoded {
+            Some(record) => records.append(record)?,
+            None => {
+                slow.push(records.len());
+                records.append(value)?;
+            }
+        }
+    }
+    Ok((records, slow))
+}
+
 /// Whether `ts` is a number no later than `limit` (a string is left to Python).
 fn within(ts: &Bound<PyAny>, limit: f64) -> bool {
     match ts.cast::<PyFloat>() {
@@ -481,12 +536,35 @@ fn event_lines<'py>(
     default_type: Option<Bound<'py, PyString>>,
     limit: f64,
 ) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
-    read_lines(py, data, |text| {
-        match event_fields(py, text, grades, default_type.as_ref())? {
-            Some(p) if within(&p[3], limit) => PyTuple::new(py, p).map(Some),
-            _ => Ok(None),
-        }
-    })
+    read_lines(py, data, |text| event_within(py, text, grades, default_type.as_ref(), limit))
+}
+
+/// The values of a list (Kafka records' values) as `event_lines` reads each line, for the
+/// daemon: `(records, slow)` as `read_values` gives them.
+#[pyfunction]
+#[pyo3(signature = (values, grades, default_type, limit))]
+fn event_values<'py>(
+    py: Python<'py>,
+    values: &Bound<'py, PyList>,
+    grades: &Bound<'py, PyAny>,
+    default_type: Option<Bound<'py, PyString>>,
+    limit: f64,
+) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
+    read_values(py, values, |text| event_within(py, text, grades, default_type.as_ref(), limit))
+}
+
+/// `event`'s tuple of one record whose `ts` is a number no later than `limit`, else None.
+fn event_within<'py>(
+    py: Python<'py>,
+    text: &str,
+    grades: &Bound<'py, PyAny>,
+    default_type: Option<&Bound<'py, PyString>>,
+    limit: f64,
+) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    match event_fields(py, text, grades, default_type)? {
+        Some(p) if within(&p[3], limit) => PyTuple::new(py, p).map(Some),
+        _ => Ok(None),
+    }
 }
 
 fn event_fields<'py>(
@@ -729,6 +807,7 @@ fn streameval_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Impressions>()?;
     m.add_function(wrap_pyfunction!(event, m)?)?;
     m.add_function(wrap_pyfunction!(event_lines, m)?)?;
+    m.add_function(wrap_pyfunction!(event_values, m)?)?;
     m.add_function(wrap_pyfunction!(murmur2, m)?)?;
     m.add_class::<Placement>()?;
     m.add_class::<Record>()?;

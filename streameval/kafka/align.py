@@ -71,6 +71,10 @@ class Aligner:
     def push(self, entry: Entry) -> None:
         self.buffers[entry.topic].append(entry)
 
+    def extend(self, topic: str, entries: Iterable[Entry]) -> None:
+        """Entries of ``topic``, in offset order."""
+        self.buffers[topic].extend(entries)
+
     def buffered(self, topic: str) -> int:
         return len(self.buffers[topic])
 

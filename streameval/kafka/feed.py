@@ -72,21 +72,26 @@ class Feed:
                 stage.push(tp, messages)
                 continue
             ps = partitions.get(tp.partition)
-            if ps is None or not ps.active:
+            if ps is None or not ps.active or not messages:
                 continue
-            for message in messages:
-                ps.aligner.push(self._decode(ps.pipeline, tp.topic, message))  # type: ignore[arg-type]
-            if messages:
-                ps.fetched[tp.topic] = messages[-1].offset + 1
+            ps.aligner.extend(tp.topic, self._decode(ps.pipeline, tp.topic, messages))  # type: ignore[arg-type]
+            ps.fetched[tp.topic] = messages[-1].offset + 1
         if stage is not None:
             stage.drain()
         return sum(self._drain(p, ps) for p, ps in partitions.items() if ps.active)
 
-    def _decode(self, pipeline: Pipeline, topic: str, message: Any) -> Entry:
-        raw = message.value if message.value is not None else b""
-        kafka_ts = kafka_seconds(message) if pipeline.decoder.wants_kafka_ts else None
-        record = pipeline.decode(self.counted_as.get(topic, topic), raw, kafka_ts)
-        return Entry(topic, message.offset, record, message)
+    def _decode(self, pipeline: Pipeline, topic: str, messages: list[Any]) -> list[Entry]:
+        """A partition's fetched records of ``topic``, decoded: in one call to the native core
+        where it is installed, one at a time where each needs its Kafka timestamp."""
+        counted_as = self.counted_as.get(topic, topic)
+        if pipeline.decoder.wants_kafka_ts:
+            records = [
+                pipeline.decode(counted_as, m.value if m.value is not None else b"", kafka_seconds(m))
+                for m in messages
+            ]
+        else:
+            records = pipeline.decode_values(counted_as, [m.value for m in messages])
+        return [Entry(topic, m.offset, r, m) for m, r in zip(messages, records, strict=True)]
 
     def _drain(self, partition: int, ps: PartitionState) -> int:
         """Feeds the pipeline what the aligner lets go, in order; ticks it when all is caught up."""

@@ -55,7 +55,8 @@ class QueryScore:
     def __init__(
         self, items: Sequence[str | None], ap_zero: Sequence[float], dcg_zero: Sequence[float]
     ) -> None:
-        self.items: str | Sequence[str | None] = compact(items)
+        # a string is a list compact() made already (the daemon decodes impressions so)
+        self.items: str | Sequence[str | None] = items if type(items) is str else compact(items)
         self.grade: dict[str, float] = _NO_GRADES  # replaced by the first event
         self.hits: Sequence[int] = ()
         self.ideal: Sequence[float] = ()
