@@ -35,6 +35,7 @@ class Queue(Protocol[T]):
 
     def pop_due(self, watermark: float) -> list[T]: ...
 
+
 _INFINITE = sys.maxsize  # the "second" of items at +inf (never due) and, negated, at -inf
 
 

@@ -219,9 +219,9 @@ class Pipeline:
         self._sums(self.provisional, query.group).add(query.n_relevant, query.values)
 
     def changed(self, query: OpenQuery, old_n_relevant: int, old_values: tuple[float, ...] | None) -> None:
-        sums = self._sums(self.provisional, query.group)
-        sums.add(old_n_relevant, old_values, -1)
-        sums.add(query.n_relevant, query.values)
+        self._sums(self.provisional, query.group).replace(
+            old_n_relevant, old_values, query.n_relevant, query.values
+        )
 
     def settled(self, query: OpenQuery) -> None:
         self._sums(self.settled_totals, query.group).add(query.n_relevant, query.values)

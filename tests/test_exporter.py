@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 
 import orjson
 from prometheus_client import generate_latest
@@ -143,3 +144,9 @@ def test_latency_histogram_counts_each_observation_in_the_first_bucket_that_hold
         expected[next(i for i, b in enumerate(LATENCY_BUCKETS) if max(seconds, 0.0) <= b)] += 1
     assert latency.counts == expected
     assert latency.cumulative()[-1] == ("+Inf", len(observed))
+    at_once = Latency()  # the daemon observes each drain's records at once
+    at_once.observe_all(observed[:7])
+    at_once.observe_all(list(reversed(observed[7:])))
+    at_once.observe_all([])
+    assert at_once.counts == expected
+    assert math.isclose(at_once.total, latency.total, rel_tol=1e-12)

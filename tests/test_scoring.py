@@ -49,6 +49,28 @@ def apply(scorer: Scorer, items, events):
     return state, grades
 
 
+_query = st.tuples(
+    st.integers(0, 5),
+    st.none() | st.lists(st.floats(allow_nan=False, allow_infinity=False, width=64), min_size=3, max_size=3),
+)
+
+
+@given(st.lists(_query, max_size=6), _query, _query)
+def test_sums_replace_is_remove_then_add_bit_for_bit(before, old, new) -> None:
+    """A query whose values change moves the provisional sums as removing its old values and
+    adding its new ones would, to the last bit."""
+    from streameval.scoring import Sums
+
+    one, two = Sums(3), Sums(3)
+    for n, values in [*before, old]:
+        one.add(n, values)
+        two.add(n, values)
+    one.add(old[0], old[1], -1)
+    one.add(new[0], new[1])
+    two.replace(old[0], old[1], new[0], new[1])
+    assert repr(two.to_dict()) == repr(one.to_dict())
+
+
 @given(params_st, items_st, events_st)
 def test_incremental_equals_from_scratch(params, items, events) -> None:
     scorer = Scorer(params)

@@ -100,8 +100,8 @@ class Feed:
         caught_up = self._caught_up(partition, ps)
         behind = self._behind(partition, ps)
         processed = 0
-        now = self.wall_clock()
         placement = self.placement
+        stamps: list[int] = []  # the records' Kafka timestamps (ms), for the latency histogram
         for entry in ps.aligner.take(caught_up, behind):
             record, topic = entry.record, self.counted_as.get(entry.topic, entry.topic)
             if isinstance(record, Rejection):
@@ -113,9 +113,12 @@ class Feed:
             pipeline.handle(topic, record)
             timestamp = getattr(entry.message, "timestamp", None)
             if timestamp is not None and timestamp > 0:
-                self.latency.observe(now - timestamp / 1000.0)
+                stamps.append(timestamp)
             ps.next_offsets[entry.topic] = entry.offset + 1
             processed += 1
+        if stamps:
+            now = self.wall_clock()
+            self.latency.observe_all([now - timestamp / 1000.0 for timestamp in stamps])
         if not len(ps.aligner) and all(caught_up(t) for t in self.topics):
             pipeline.tick()
         return processed

@@ -45,6 +45,27 @@ class Sums:
             self.sums[i] += sign * value
             self.squares[i] += sign * value * value
 
+    def replace(
+        self,
+        old_n_relevant: int,
+        old_values: Sequence[float] | None,
+        n_relevant: int,
+        values: Sequence[float] | None,
+    ) -> None:
+        """Replace one query's contribution by its new one (its values changed): the same sums,
+        bit for bit, as ``add(old, -1)`` then ``add(new)``, in one pass."""
+        if old_values is None or values is None:
+            self.add(old_n_relevant, old_values, -1)
+            self.add(n_relevant, values)
+            return
+        self.relevant_items += n_relevant - old_n_relevant
+        sums, squares = self.sums, self.squares
+        for i, old in enumerate(old_values):
+            value = values[i]
+            # x + (-1 * v) is x - v, and (-1 * v) * v is -(v * v), exactly
+            sums[i] = sums[i] - old + value
+            squares[i] = squares[i] - old * old + value * value
+
     def add_exact(
         self,
         queries: int,
