@@ -71,6 +71,30 @@ def test_sums_replace_is_remove_then_add_bit_for_bit(before, old, new) -> None:
     assert repr(two.to_dict()) == repr(one.to_dict())
 
 
+@given(params_st, st.lists(st.tuples(items_st, events_st), min_size=1, max_size=8), st.integers(1, 4))
+@example(  # the same hits, grades and AP numerators; only the DCGs tell the two apart
+    ScoringParams(METRICS),
+    [(["a", "b"], [("a", 1.0), ("b", 2.0)]), (["a", "b"], [("a", 2.0), ("b", 1.0)])],
+    4,
+)
+def test_values_remembered_are_the_values_read(params, queries, table_size) -> None:
+    """Scorer.values remembers the values of states it read (a small table, cleared when
+    full): every query of one scorer gets, to the last bit, what reading its state gives."""
+    import streameval.scoring.query as query_module
+
+    scorer = Scorer(params)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(query_module, "_READ_TABLE_SIZE", table_size)
+        for items, events in queries:
+            state = scorer.new(items)
+            for item, grade in events:
+                scorer.add_grade(state, item, grade)
+                got = scorer.values(state)
+                read = scorer._read(state.hits, state.ideal, state.ap_num, state.dcg) if state.ideal else None
+                assert repr(got) == repr(read)
+                assert len(scorer._read_table) <= table_size
+
+
 @given(params_st, items_st, events_st)
 def test_incremental_equals_from_scratch(params, items, events) -> None:
     scorer = Scorer(params)

@@ -159,6 +159,10 @@ _ONCE_TABLE_SIZE = 65536  # signatures remembered by Scorer.values_once
 #: what a query's values depend on: (rank, grade) of each shown relevant item, and the grades of
 #: the relevant items not shown (when they count)
 _Signature = tuple[tuple[tuple[int, float], ...], tuple[float, ...]]
+#: what :meth:`Scorer.values` reads of a query's state: hits, relevant grades, AP numerators, DCGs
+_State = tuple[tuple[int, ...], tuple[float, ...], tuple[float, ...], tuple[float, ...]]
+#: states remembered by Scorer.values (one table per partition's pipeline: a few MB at most)
+_READ_TABLE_SIZE = 4096
 
 
 class Scorer:
@@ -182,6 +186,7 @@ class Scorer:
             for m, measure in zip(params.metrics, self.measures, strict=True)
         ]
         self._once: dict[_Signature, tuple[int, tuple[float, ...]]] = {}
+        self._read_table: dict[_State, tuple[float, ...]] = {}
         # what every new query starts from (tuples: shared, and copied before a change)
         self._ap_zero = (0.0,) * len(self.ap_ks)
         self._dcg_zero = (0.0,) * len(self.dcg_ks)
@@ -239,10 +244,23 @@ class Scorer:
                 dcg[i] += gain_delta * ndcg.discount(rank)
 
     def values(self, state: QueryScore) -> tuple[float, ...] | None:
-        """Every configured metric of one query, in config order; None when |G| = 0."""
-        if not state.ideal:
+        """Every configured metric of one query, in config order; None when |G| = 0.
+
+        The values are :meth:`_read` of the state's hits, relevant grades, AP numerators and
+        DCGs, and nothing else, and few such states recur across queries (one click at rank 3):
+        a small table of them, keyed by exactly those numbers, spares most changes the metric
+        loops. Bounded: cleared when full."""
+        ideal = state.ideal
+        if not ideal:
             return None
-        return self._read(state.hits, state.ideal, state.ap_num, state.dcg)
+        key = (tuple(state.hits), tuple(ideal), tuple(state.ap_num), tuple(state.dcg))
+        table = self._read_table
+        known = table.get(key)
+        if known is None:
+            if len(table) >= _READ_TABLE_SIZE:
+                table.clear()
+            known = table[key] = self._read(state.hits, ideal, state.ap_num, state.dcg)
+        return known
 
     def _read(
         self,
