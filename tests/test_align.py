@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streameval.kafka.align import Aligner, Entry
-from streameval.records import Engagement, Impression, Rejection
+from streameval.records import Engagement, Ignored, Impression, Rejection
 
 
 def imp(offset: int, ts: float) -> Entry:
@@ -109,22 +109,27 @@ def test_a_topic_with_records_on_the_broker_blocks_without_a_time_limit() -> Non
     st.lists(
         st.tuples(
             st.sampled_from(["imps", "evs", "buys"]),
-            st.one_of(st.none(), st.integers(0, 20)),  # None: a rejected record
+            st.one_of(st.none(), st.just(-1), st.integers(0, 20)),  # None: rejected; -1: ignored
         ),
         max_size=40,
     ),
     st.sets(st.sampled_from(["imps", "evs", "buys"])),
+    st.sampled_from([("imps", "evs", "buys"), ("imps", "evs")]),
 )
-def test_take_hands_out_what_pop_does_in_the_same_order(records, caught) -> None:
-    """take() -- the loop's way, a fast path while every topic holds a record -- and pop()
-    called until None give the same entries in the same order, and leave the same behind."""
+def test_take_hands_out_what_pop_does_in_the_same_order(records, caught, topics) -> None:
+    """take() -- the loop's way, a fast path while every topic holds a record (one of its
+    own for two topics) -- and pop() called until None give the same entries in the same
+    order, and leave the same behind."""
 
     def fill() -> Aligner:
-        aligner = Aligner(["imps", "evs", "buys"], clock=lambda: 0.0, max_wait=5.0)
+        aligner = Aligner(topics, clock=lambda: 0.0, max_wait=5.0)
         for offset, (topic, ts) in enumerate(records):
+            topic = topic if topic in topics else topics[-1]
             record = (
                 Rejection("not_json", "x")
                 if ts is None
+                else Ignored("view")
+                if ts == -1
                 else Engagement("q", "a", "click", float(ts), None)
                 if topic != "imps"
                 else Impression("q", float(ts), ("a",), ())

@@ -124,7 +124,17 @@ class Aligner:
         does then."""
         buffers = list(self.buffers.values())
         while True:
-            if all(buffers):
+            if all(buffers) and len(buffers) == 2:  # impressions and one events topic
+                self._dry_since.clear()
+                first, second = buffers
+                while first and second:
+                    # as below: a record without a time first, then the earlier, first's on a tie
+                    a, b = first[0].record, second[0].record
+                    if isinstance(a, _UNTIMED) or not (isinstance(b, _UNTIMED) or b.ts < a.ts):
+                        yield first.popleft()
+                    else:
+                        yield second.popleft()
+            elif all(buffers):
                 self._dry_since.clear()
                 while True:
                     best: deque[Entry] | None = None
@@ -144,6 +154,10 @@ class Aligner:
             if entry is None:
                 return
             yield entry
+
+
+#: what is handed out as soon as it heads its buffer (rejected and ignored records)
+_UNTIMED = (Rejection, Ignored)
 
 
 def kafka_seconds(message: Any) -> float | None:

@@ -100,21 +100,22 @@ class Feed:
         caught_up = self._caught_up(partition, ps)
         behind = self._behind(partition, ps)
         processed = 0
-        placement = self.placement
+        placement, counted_as = self.placement, self.counted_as
+        handle, next_offsets = pipeline.handle, ps.next_offsets  # looked up once, not per record
         stamps: list[int] = []  # the records' Kafka timestamps (ms), for the latency histogram
         for entry in ps.aligner.take(caught_up, behind):
-            record, topic = entry.record, self.counted_as.get(entry.topic, entry.topic)
-            if isinstance(record, Rejection):
+            record, topic = entry.record, counted_as.get(entry.topic, entry.topic)
+            if type(record) is Rejection:
                 self._dead_letter(partition, entry, record)
                 pipeline.counters.dead_lettered[(topic, record.reason)] += 1
             elif placement is not None and type(record) is not Ignored:
                 if placement.partition_of(record.query_id) != partition:  # type: ignore[union-attr]
                     pipeline.counters.misrouted[topic] += 1
-            pipeline.handle(topic, record)
+            handle(topic, record)
             timestamp = getattr(entry.message, "timestamp", None)
             if timestamp is not None and timestamp > 0:
                 stamps.append(timestamp)
-            ps.next_offsets[entry.topic] = entry.offset + 1
+            next_offsets[entry.topic] = entry.offset + 1
             processed += 1
         if stamps:
             now = self.wall_clock()
