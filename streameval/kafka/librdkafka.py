@@ -207,7 +207,8 @@ class LibrdkafkaConsumer:
             if first is None:
                 return {}
             messages = [first, *self.consumer.consume(POLL_RECORDS - 1, 0)]
-        out: dict[TopicPartition, list[Any]] = {}
+        # grouped by (topic, partition) as plain tuples: a TopicPartition made per group, not per record
+        out: dict[tuple[str, int], list[Any]] = {}
         for message in messages:
             error = message.error()
             if error is not None:
@@ -215,12 +216,12 @@ class LibrdkafkaConsumer:
                     raise KafkaError(error.str())
                 log.debug("consume: %s", error.str())
                 continue
-            tp = TopicPartition(message.topic(), message.partition())
-            batch = out.get(tp)
+            key = (message.topic(), message.partition())
+            batch = out.get(key)
             if batch is None:
-                batch = out[tp] = []
+                batch = out[key] = []
             batch.append(Record(message))
-        return out
+        return {TopicPartition(*key): batch for key, batch in out.items()}
 
     def poll(self, timeout_ms: int = 0) -> dict[TopicPartition, list[Any]]:
         return self.poll_round(timeout_ms, False)
