@@ -11,6 +11,7 @@ a partition's watermark past every later record.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import time
@@ -294,25 +295,19 @@ class Decoder:
         decodes it, in one call to the native core where it is installed (the daemon). Not for
         ``ts = "@timestamp"``, which needs each record's Kafka timestamp."""
         read = self._impression_values if self._impressions is None else None
+        one = self.impression_compacted
         if read is None:
-            return [self.impression_compacted(b"" if v is None else v) for v in values]
+            return [one(b"" if v is None else v) for v in values]
         # group tuples shared within the call only (a long-running daemon keeps no table)
-        records, slow = read(values, self._limit(), {})
-        for i in slow:
-            value = records[i]
-            records[i] = self.impression_compacted(b"" if value is None else value)
-        return records
+        return _decided(read(values, self._limit(), {}), one)
 
     def event_values(self, values: list[Any], topic: str) -> list[EventFields | Rejection | Ignored]:
         """As :meth:`impression_values`, for the events of ``topic`` (as :meth:`event` decodes each)."""
         read = self._event_values if self._events is None else None
+        one = functools.partial(self.event, topic=topic)
         if read is None:
-            return [self.event(b"" if v is None else v, topic) for v in values]
-        records, slow = read(values, self.grades, self.topic_types.get(topic), self._limit())
-        for i in slow:
-            value = records[i]
-            records[i] = self.event(b"" if value is None else value, topic)
-        return records
+            return [one(b"" if v is None else v) for v in values]
+        return _decided(read(values, self.grades, self.topic_types.get(topic), self._limit()), one)
 
     def _limit(self) -> float:
         """The latest time the event-time guard lets through now."""
@@ -340,3 +335,13 @@ class Decoder:
                 f"of the clock ({_iso(limit - self.max_future)}); is it in another unit (ts_unit)?",
             )
         return fields
+
+
+def _decided(lines: native.Lines, one: Callable[[bytes], Any]) -> list[Any]:
+    """The records the native core read, with each value it left (None: an empty one) decoded
+    by ``one``, the one-record path."""
+    records, slow = lines
+    for i in slow:
+        value = records[i]
+        records[i] = one(b"" if value is None else value)
+    return records

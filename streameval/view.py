@@ -71,9 +71,6 @@ class Latency:
     counts: list[int] = field(default_factory=lambda: [0] * len(LATENCY_BUCKETS))
     total: float = 0.0
 
-    def observe(self, seconds: float) -> None:
-        self.observe_all([seconds])
-
     def observe_all(self, seconds: list[float]) -> None:
         """Count each of ``seconds`` (sorted here, in place) in the first bucket whose bound is
         >= it, a negative one as 0: sorted once, each bucket's count is the difference of two

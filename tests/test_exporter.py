@@ -138,7 +138,7 @@ def test_latency_histogram_counts_each_observation_in_the_first_bucket_that_hold
     latency = Latency()
     observed = [-1.0, 0.0, *LATENCY_BUCKETS[:-1], *(b * 1.01 for b in LATENCY_BUCKETS[:-1]), 1e9]
     for seconds in observed:
-        latency.observe(seconds)
+        latency.observe_all([seconds])
     expected = [0] * len(LATENCY_BUCKETS)
     for seconds in observed:  # the bucket ``le`` its bound, by definition; negative counts as 0
         expected[next(i for i, b in enumerate(LATENCY_BUCKETS) if max(seconds, 0.0) <= b)] += 1

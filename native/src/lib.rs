@@ -458,13 +458,7 @@ fn read_lines<'py>(
             Ok(text) => decode(text)?,
             Err(_) => None,
         };
-        match decoded {
-            Some(record) => records.append(record)?,
-            None => {
-                slow.push(records.len());
-                records.append(PyBytes::new(py, line))?;
-            }
-        }
+        append(&records, &mut slow, decoded, || PyBytes::new(py, line).into_any())?;
     }
     Ok((records, slow))
 }
@@ -488,15 +482,26 @@ fn read_values<'py>(
             },
             Err(_) => None,
         };
-        match decoded {
-            Some(record) => records.append(record)?,
-            None => {
-                slow.push(records.len());
-                records.append(value)?;
-            }
-        }
+        append(&records, &mut slow, decoded, || value.clone())?;
     }
     Ok((records, slow))
+}
+
+/// One entry of `(records, slow)`: what the decoder made of it, or, where it left it (None),
+/// `fallback()` for Python to decide, its index noted in `slow`.
+fn append<'py>(
+    records: &Bound<'py, PyList>,
+    slow: &mut Vec<usize>,
+    decoded: Option<Bound<'py, PyTuple>>,
+    fallback: impl FnOnce() -> Bound<'py, PyAny>,
+) -> PyResult<()> {
+    match decoded {
+        Some(record) => records.append(record),
+        None => {
+            slow.push(records.len());
+            records.append(fallback())
+        }
+    }
 }
 
 /// Whether `ts` is a number no later than `limit` (a string is left to Python).
