@@ -46,6 +46,8 @@ BOOTSTRAP_TIMEOUT_S = 10.0
 METADATA_TIMEOUT_S, METADATA_RETRY_S = 5.0, 30.0
 #: records one poll hands the loop at most (kafka-python's max_poll_records of the loop)
 POLL_RECORDS = 2_000
+#: how long a resume's wake-up request is waited for: not at all (LibrdkafkaConsumer._wake)
+WAKE_TIMEOUT_S = 0.0001
 
 
 def available() -> bool:
@@ -252,6 +254,18 @@ class LibrdkafkaConsumer:
         if tps:
             self._call(self.consumer.resume, [ck_tp(tp) for tp in tps])
             self._paused.difference_update(tps)
+            self._wake(tps)
+
+    def _wake(self, tps: tuple[TopicPartition, ...]) -> None:
+        """Have the threads of these partitions' leaders fetch now. librdkafka 2.12 does not wake
+        a broker's thread for a resume: it fetched a resumed partition up to 1 s later, so every
+        restore, rewind and flow-control pause cost that much (measured: `run` on figure 2's
+        backlog waited 0.9 s for its first records). Any request to the leaders wakes them: a
+        ListOffsets, sent, not waited for (its answer, timed out at once, is dropped)."""
+        try:
+            self.consumer.offsets_for_times([ck_tp(tp, ck.OFFSET_END) for tp in tps], timeout=WAKE_TIMEOUT_S)
+        except ck.KafkaException:
+            pass
 
     def paused(self) -> set[TopicPartition]:
         return set(self._paused)
