@@ -26,6 +26,11 @@ from streameval.kafka.client import GroupConsumer
 log = logging.getLogger(__name__)
 
 CLIENT_ID = "streameval"
+#: how long the broker holds a fetch whose partitions have nothing new (500 ms by default). A
+#: partition resumed meanwhile (flow control, the end of a restore) is only fetched after that
+#: answer: at the end of a backlog the loop waited up to this long for the records of a paused
+#: partition (README, Performance)
+FETCH_MAX_WAIT_MS = 100
 # Settings only one kind of client accepts; the [kafka] table is filtered per client.
 # PRODUCER_ONLY holds for librdkafka's producer too (rdconfig.py).
 _CONSUMER_ONLY = {
@@ -95,6 +100,7 @@ def make_consumer(settings: Settings) -> GroupConsumer:
         # polls every 200 ms, so 30 s is ample and bounds a stalled rebalance (default 300 s)
         "max_poll_interval_ms": 30_000,
         "max_poll_records": 2_000,
+        "fetch_max_wait_ms": FETCH_MAX_WAIT_MS,
         # how soon a change of the input topics (partitions added, a topic deleted) is seen: it
         # triggers a rebalance, whose co-partitioning check stops the daemon (default 5 min)
         "metadata_max_age_ms": 30_000,

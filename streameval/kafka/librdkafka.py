@@ -29,7 +29,7 @@ from streameval.config import Settings
 from streameval.errors import ConfigError, InputError
 from streameval.kafka import protocols
 from streameval.kafka.client import Listed
-from streameval.kafka.clients import PRODUCER_ONLY
+from streameval.kafka.clients import FETCH_MAX_WAIT_MS, PRODUCER_ONLY
 from streameval.kafka.rdconfig import CONSUMER_ONLY, common_config, librdkafka_config
 
 try:  # the optional extra: streameval[confluent]
@@ -149,6 +149,7 @@ class LibrdkafkaConsumer:
             # by default): on a backlog the loop drains the queue much sooner and then waited
             # for records; measured, figure 2's run took 30% longer (README, Performance)
             "fetch.queue.backoff.ms": 20,
+            "fetch.wait.max.ms": FETCH_MAX_WAIT_MS,  # see clients.FETCH_MAX_WAIT_MS
             **librdkafka_config(settings, PRODUCER_ONLY | protocols.unused(protocol, settings.kafka)),
         }
         self.consumer = connect("consumer", ck.Consumer, config)
