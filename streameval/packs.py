@@ -30,8 +30,11 @@ import orjson
 #: a pack's value stays under this many bytes when it can (a producer's default max_request_size
 #: is 1 MiB); a larger one is split in two
 PACK_BYTES = 512 * 1024
-#: the entries a pack takes before its size is looked at
+#: the entries a pack takes at most
 PACK_ENTRIES = 2_000
+#: the share of PACK_BYTES a pack is cut to, from the size of the entries of its kind so far: an
+#: entry's size varies (its list, its grades), and a pack over PACK_BYTES is encoded again in halves
+PACK_FILL = 0.8
 PREFIX = b"p:"
 
 Entry = tuple[bytes, bytes | None]
@@ -42,7 +45,7 @@ class Packs:
     """Which pack holds the newest entry of each query and dedup key, and how many entries of
     each pack are still the newest; the number of the next pack."""
 
-    __slots__ = ("where", "live", "next", "legacy")
+    __slots__ = ("where", "live", "next", "legacy", "sizes")
 
     def __init__(self, first: int = 0) -> None:
         self.where: dict[StateKey, int] = {}
@@ -51,6 +54,8 @@ class Packs:
         #: records of an older layout (a key per query or dedup key): deleted by the next
         #: checkpoint, which writes every key they held into packs
         self.legacy: list[bytes] = []
+        #: bytes per entry of each kind in the last pack of it: how many entries the next takes
+        self.sizes: dict[str, float] = {}
 
     def held(self, key: StateKey, pack: int) -> None:
         """``key``'s newest entry is in ``pack`` (a restore, reading the packs in order)."""
@@ -91,16 +96,29 @@ class Packs:
                 keys[held[0]].append(key)
                 values[held[0]].append(held[1])
         for kind, table in values.items():
-            for start in range(0, len(table), PACK_ENTRIES):
-                end = start + PACK_ENTRIES
+            start = 0
+            while start < len(table):
+                end = start + self._room(kind)
                 out += self._packs(kind, keys[kind][start:end], table[start:end], version)
+                start = end
         for n in dict.fromkeys(dropped):
             live.pop(n, None)
             out.append((PREFIX + str(n).encode(), None))
         return out
 
+    def _room(self, kind: str) -> int:
+        """The entries the next pack of this kind takes: PACK_ENTRIES, or as many as fill
+        PACK_FILL of PACK_BYTES at the size of the last pack's entries. A pack that turns out too
+        large costs an encoding of it and one of each half (measured: query entries of 20-item
+        lists, ~320 bytes, filled 2,000-entry packs past PACK_BYTES, so each was encoded twice)."""
+        size = self.sizes.get(kind)
+        if size is None:
+            return PACK_ENTRIES
+        return max(1, min(PACK_ENTRIES, int(PACK_BYTES * PACK_FILL / size)))
+
     def _packs(self, kind: str, keys: list[StateKey], values: list[Any], version: int) -> list[Entry]:
         raw = orjson.dumps({"v": version, kind: values})
+        self.sizes[kind] = len(raw) / len(values)
         if len(raw) > PACK_BYTES and len(values) > 1:
             half = len(values) // 2
             return self._packs(kind, keys[:half], values[:half], version) + self._packs(

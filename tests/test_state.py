@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from streameval import packs as packs_module
 from streameval import state
 from streameval.config import load_settings
 from streameval.errors import StateError
@@ -167,6 +168,35 @@ def test_packs_restored_at_any_checkpoint_carry_on_as_never_stopped(seed: int) -
             assert_same(restored, uninterrupted)
     held = [k for k in state.latest([(k, v, "x") for k, v in log]) if k.startswith(b"p:")]
     assert len(held) < len(log) / 20
+
+
+def test_packs_stay_under_their_size_and_hold_each_entry_once() -> None:
+    """Checkpoints of entries of uneven sizes (one larger than a pack): every pack but a
+    one-entry one stays under PACK_BYTES, a checkpoint writes each changed key in exactly one of
+    its packs, in order, and ``where`` and ``live`` say which pack holds each key's newest entry
+    and how many newest entries each pack holds."""
+    rng = random.Random(5)
+    packs = packs_module.Packs()
+    big = packs_module.PACK_BYTES + 1
+    for round_ in range(5):
+        changed = list(dict.fromkeys(("q", f"q{rng.randrange(8000)}") for _ in range(6000)))
+        sizes = {key: rng.choice([40, 300, 300, 320, 3000]) for key in changed}
+        sizes[changed[len(changed) // 2]] = big if round_ == 2 else 300
+        entries = {key: ("q", [key[1], "x" * size]) for key, size in sizes.items()}
+        out = packs.write(changed, entries.__getitem__, version=4)
+        written: list[tuple[int, str]] = []
+        for name, raw in out:
+            if raw is None:
+                continue
+            held_entries = orjson.loads(raw)["q"]
+            assert len(raw) <= packs_module.PACK_BYTES or len(held_entries) == 1
+            written += [(packs_module.number(name), query_id) for query_id, _ in held_entries]
+        assert [query_id for _, query_id in written] == [key[1] for key in changed]
+        assert all(packs.where[("q", query_id)] == n for n, query_id in written)
+        held: dict[int, int] = {}
+        for n in packs.where.values():
+            held[n] = held.get(n, 0) + 1
+        assert packs.live == held
 
 
 def _format_3(p: Pipeline) -> list[tuple[bytes, bytes | None]]:
