@@ -260,8 +260,8 @@ class LibrdkafkaConsumer:
     def _wake(self, tps: tuple[TopicPartition, ...]) -> None:
         """Have the threads of these partitions' leaders fetch now. librdkafka 2.12 does not wake
         a broker's thread for a resume: it fetched a resumed partition up to 1 s later, so every
-        restore, rewind and flow-control pause cost that much (measured: `run` on figure 2's
-        backlog waited 0.9 s for its first records). Any request to the leaders wakes them: a
+        restore, rewind and flow-control pause cost up to that much (measured: `run` on a backlog
+        waited 0.9 s for its first records after restoring). Any request to the leaders wakes them: a
         ListOffsets, sent, not waited for (its answer, timed out at once, is dropped)."""
         try:
             self.consumer.offsets_for_times([ck_tp(tp, ck.OFFSET_END) for tp in tps], timeout=WAKE_TIMEOUT_S)
