@@ -21,9 +21,11 @@
 //!   `streameval.kafka.placement`.
 //! - `batch_records(buffer, pos, count, base_offset, first_timestamp, log_append_time,
 //!   timestamp_type)`: the records of a Kafka record batch (message format v2) as kafka-python's
-//!   `DefaultRecordBatch` reads them, for `streameval.kafka.batches`.
+//!   `DefaultRecordBatch` reads them, and `consumer_records(...)` as the `ConsumerRecord`s its
+//!   fetcher makes of them (`batches.rs`), for `streameval.kafka.batches`.
 //! - `Deadlines()`: `streameval.deadlines.Deadlines` (`deadlines.rs`), the join's pending items.
 
+mod batches;
 mod deadlines;
 
 use std::borrow::Cow;
@@ -31,7 +33,7 @@ use std::fmt;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict, PyFloat, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyFloat, PyList, PyString, PyTuple};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
 /// The label of a group field that is absent or null (`streameval.records.UNKNOWN_GROUP`).
@@ -657,156 +659,6 @@ impl Placement {
     }
 }
 
-/// One record of a batch, with the attributes of kafka-python's `DefaultRecord` that its
-/// fetcher reads.
-#[pyclass(frozen, module = "streameval_native")]
-struct Record {
-    #[pyo3(get)]
-    size_in_bytes: i64,
-    #[pyo3(get)]
-    offset: i64,
-    #[pyo3(get)]
-    timestamp: i64,
-    #[pyo3(get)]
-    timestamp_type: i64,
-    #[pyo3(get)]
-    key: Option<Py<PyBytes>>,
-    #[pyo3(get)]
-    value: Option<Py<PyBytes>>,
-    #[pyo3(get)]
-    headers: Py<PyList>,
-}
-
-#[pymethods]
-impl Record {
-    /// Message format v2 has no checksum per record (the batch has one).
-    #[getter]
-    fn checksum(&self) -> Option<u32> {
-        None
-    }
-    fn validate_crc(&self) -> bool {
-        true
-    }
-}
-
-/// A zigzag varint at `*pos`, as kafka-python's `decode_varint` reads it; None where it raises
-/// or the value does not fit in 64 bits.
-fn varint(buf: &[u8], pos: &mut usize) -> Option<i64> {
-    let mut raw: u128 = 0;
-    let mut shift = 0;
-    loop {
-        let b = *buf.get(*pos)?;
-        *pos += 1;
-        raw |= u128::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            let value = (raw >> 1) as i128 ^ -((raw & 1) as i128);
-            return i64::try_from(value).ok();
-        }
-        shift += 7;
-        if shift >= 64 {
-            return None;
-        }
-    }
-}
-
-/// `len` bytes at `*pos` (None for a negative length, as kafka-python reads it), or Err where
-/// they run past the buffer.
-fn bytes_at<'py>(py: Python<'py>, buf: &[u8], pos: &mut usize, len: i64) -> Result<Option<Py<PyBytes>>, ()> {
-    if len < 0 {
-        return Ok(None);
-    }
-    let end = pos.checked_add(usize::try_from(len).map_err(|_| ())?).ok_or(())?;
-    let slice = buf.get(*pos..end).ok_or(())?;
-    *pos = end;
-    Ok(Some(PyBytes::new(py, slice).unbind()))
-}
-
-/// The `count` records of a record batch (message format v2, uncompressed, not a control batch)
-/// starting at `pos` of `buffer`, as kafka-python's `DefaultRecordBatch` yields them: offset
-/// `base_offset` + delta, timestamp `log_append_time` when given (the batch's max timestamp)
-/// else `first_timestamp` + delta. None where anything is unusual (a record that does not parse
-/// or whose length disagrees, a header key that is not UTF-8, bytes left over, a value past 64
-/// bits), for kafka-python's own reading to raise its error.
-#[pyfunction]
-#[pyo3(signature = (buffer, pos, count, base_offset, first_timestamp, log_append_time, timestamp_type))]
-#[allow(clippy::too_many_arguments)]
-fn batch_records<'py>(
-    py: Python<'py>,
-    buffer: &Bound<'py, PyByteArray>,
-    pos: usize,
-    count: i64,
-    base_offset: i64,
-    first_timestamp: i64,
-    log_append_time: Option<i64>,
-    timestamp_type: i64,
-) -> PyResult<Option<Bound<'py, PyList>>> {
-    let buf = buffer.to_vec();
-    let mut pos = pos;
-    let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
-    for _ in 0..count {
-        let Some(record) = read_record(py, &buf, &mut pos, base_offset, first_timestamp, log_append_time, timestamp_type)
-        else {
-            return Ok(None);
-        };
-        out.push(Bound::new(py, record)?);
-    }
-    if pos != buf.len() {
-        return Ok(None);
-    }
-    Ok(Some(PyList::new(py, out)?))
-}
-
-fn read_record(
-    py: Python<'_>,
-    buf: &[u8],
-    pos: &mut usize,
-    base_offset: i64,
-    first_timestamp: i64,
-    log_append_time: Option<i64>,
-    timestamp_type: i64,
-) -> Option<Record> {
-    let length = varint(buf, pos)?;
-    let start = *pos;
-    varint(buf, pos)?; // attributes, unused
-    let ts_delta = varint(buf, pos)?;
-    let timestamp = match log_append_time {
-        Some(ts) => ts,
-        None => first_timestamp.checked_add(ts_delta)?,
-    };
-    let offset = base_offset.checked_add(varint(buf, pos)?)?;
-    let key_len = varint(buf, pos)?;
-    let key = bytes_at(py, buf, pos, key_len).ok()?;
-    let value_len = varint(buf, pos)?;
-    let value = bytes_at(py, buf, pos, value_len).ok()?;
-    let header_count = varint(buf, pos)?;
-    if header_count < 0 {
-        return None;
-    }
-    let headers = PyList::empty(py);
-    for _ in 0..header_count {
-        let key_len = usize::try_from(varint(buf, pos)?).ok()?;
-        let end = pos.checked_add(key_len)?;
-        let h_key = std::str::from_utf8(buf.get(*pos..end)?).ok()?;
-        *pos = end;
-        let h_key = PyString::new(py, h_key);
-        let value_len = varint(buf, pos)?;
-        let h_value = bytes_at(py, buf, pos, value_len).ok()?;
-        headers.append((h_key, h_value)).ok()?;
-    }
-    if i64::try_from(*pos - start).ok()? != length {
-        return None;
-    }
-    Some(Record {
-        size_in_bytes: length,
-        offset,
-        timestamp,
-        timestamp_type,
-        key,
-        value,
-        headers: headers.unbind(),
-    })
-}
-
 #[pymodule]
 fn streameval_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Impressions>()?;
@@ -815,8 +667,9 @@ fn streameval_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(event_values, m)?)?;
     m.add_function(wrap_pyfunction!(murmur2, m)?)?;
     m.add_class::<Placement>()?;
-    m.add_class::<Record>()?;
-    m.add_function(wrap_pyfunction!(batch_records, m)?)?;
+    m.add_class::<batches::Record>()?;
+    m.add_function(wrap_pyfunction!(batches::batch_records, m)?)?;
+    m.add_function(wrap_pyfunction!(batches::consumer_records, m)?)?;
     m.add_class::<deadlines::Deadlines>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
