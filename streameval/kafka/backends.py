@@ -28,7 +28,7 @@ class Backend:
 
     def transactions(self, settings: Settings, txn_id: str, timeout_ms: int) -> CheckpointProducer:
         """The checkpoints' transactional producer, not connected yet (``connect()``)."""
-        return Transactions(lambda: make_producer(settings, txn_id, timeout_ms))
+        return Transactions(lambda: make_producer(settings, txn_id, timeout_ms), group_id=settings.group_id)
 
     def changelog_reader(self, settings: Settings) -> ChangelogReader:
         """The reader of the changelog and of the group's committed offsets."""
