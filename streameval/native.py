@@ -22,12 +22,14 @@ from streameval.records import (
     decode_event_fields,
     decode_impression_fields,
 )
-from streameval.scoring.query import compact
+from streameval.scoring.query import OLD_SEP, SEP, compact
 
 try:
     import streameval_native as core
 except ImportError:  # not installed: the pure-Python core
     core = None
+if core is not None and getattr(core, "SEP", OLD_SEP) != SEP:
+    core = None  # built from an older source tree, joining shown lists with another separator
 
 #: the installed extension's version, None without it
 VERSION: str | None = getattr(core, "__version__", None)

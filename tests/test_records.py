@@ -247,7 +247,7 @@ def test_a_compacted_impression_is_compact_of_its_list(monkeypatch, core) -> Non
     decode = native.impression_decoder(("model",), compacted=True)
     for raw in (
         b'{"query_id":"q","ts":1,"items":["a",5,"b"],"model":"m"}',
-        b'{"query_id":"q","ts":"2026-01-01T00:00:00Z","items":["a\\u001fb","c"]}',
+        b'{"query_id":"q","ts":"2026-01-01T00:00:00Z","items":["a\\u007fb","c"]}',
         b'{"query_id":"q","ts":1,"items":[]}',
     ):
         expected = decode_impression_fields(raw, ("model",))
@@ -265,7 +265,7 @@ _KAFKA_VALUES = [
     orjson.dumps({"query_id": "q1", "ts": 1767225600.5, "items": ["a", "b", 3], "model": "m"}),
     orjson.dumps({"query_id": "q2", "ts": "2026-01-01T00:00:00Z", "items": ["a"], "item": "a"}),
     orjson.dumps({"query_id": "q3", "ts": 4102444800, "items": ["a"], "item": "a", "type": "click"}),
-    orjson.dumps({"query_id": "q4", "ts": 1767225600, "items": ["a\x1fb", "c"], "item": "c"}),
+    orjson.dumps({"query_id": "q4", "ts": 1767225600, "items": ["a\x7fb", "c"], "item": "c"}),
     orjson.dumps({"query_id": "q5", "item": "a", "type": "purchase", "ts": 1767225601, "event_id": "e"}),
     orjson.dumps({"query_id": "q6", "item": 7, "ts": 1767225602}),
     orjson.dumps({"query_id": "q7", "item": "a", "type": "view", "ts": 1767225603}),

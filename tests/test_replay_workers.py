@@ -198,7 +198,7 @@ _UNUSUAL = [
     b'{"query_id":"u2","ts":4102444800,"items":["a"],"item":"a","type":"click"}',  # past max_future
     b'\xef\xbb\xbf{"query_id":"u3","ts":1,"items":["a"]}',
     b'{"query_id":"u4","ts":1,"items":["\xff"],"item":"\xff","type":"click"}',
-    b'{"query_id":"u5","ts":1,"items":["a\\u001fb"],"item":"a","type":"view"}',
+    b'{"query_id":"u5","ts":1,"items":["a\\u007fb"],"item":"a","type":"view"}',
     b"\t\x0b\x0c \r",
 ]
 

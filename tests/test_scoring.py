@@ -238,11 +238,11 @@ def test_grade_upgrade_changes_ndcg_not_ap() -> None:
     assert not scorer.add_grade(state, "c", 1)  # a lower grade changes nothing
 
 
-@example(["a", "b"], "a\x1fb")  # an unshown item that spans two shown ones in the joined string
-@example(["", ""], "\x1f")
-@given(
-    st.lists(st.sampled_from(["a", "b", "ab", "", "a\x1fb", "\x1f", "c"]), min_size=1, max_size=8),
-    st.sampled_from(["a", "b", "ab", "", "a\x1fb", "\x1f", "c", "x"]),
+@example(["a", "b"], "a\x7fb")  # an unshown item that spans two shown ones in the joined string
+@example(["", ""], "\x7f")
+@given(  # DEL joins a list held as one string (SEP), \x1f did in state format 4 (OLD_SEP)
+    st.lists(st.sampled_from(["a", "b", "ab", "", "a\x7fb", "\x7f", "c", "\x1f"]), min_size=1, max_size=8),
+    st.sampled_from(["a", "b", "ab", "", "a\x7fb", "\x7f", "c", "x", "\x1f"]),
 )
 def test_rank_is_the_first_position_however_the_list_is_held(items, item) -> None:
     from streameval.scoring.query import QueryScore

@@ -278,7 +278,7 @@ fn item_id<'py>(py: Python<'py>, v: Val) -> Option<Bound<'py, PyString>> {
 
 const IMPRESSION_KEYS: [&str; 3] = ["query_id", "ts", "items"];
 /// `streameval.scoring.query.SEP`: joins a shown list into one string
-const SEP: char = '\x1f';
+const SEP: char = '\x7f';
 
 /// SEP item SEP item ... SEP of item ids (strings, or integers as their decimal text); None
 /// when an item holds SEP (the list stays a list) or is not an id (the caller's path decides).
@@ -672,5 +672,6 @@ fn streameval_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(batches::consumer_records, m)?)?;
     m.add_class::<deadlines::Deadlines>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("SEP", SEP.to_string())?;
     Ok(())
 }

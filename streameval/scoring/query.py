@@ -36,7 +36,12 @@ class ScoringParams:
     unshown_items: str = "count"
 
 
-SEP = "\x1f"  # joins a shown list into one string (unit separator: not in real item ids)
+#: joins a shown list into one string: DEL, not in real item ids, and a byte that JSON (the
+#: changelog's packs) writes as it is
+SEP = "\x7f"
+#: the separator of state format 4 and before (unit separator), which JSON writes as ``\u001f``
+#: (6 bytes a separator, and a slower encoding): read from such a changelog, see from_row
+OLD_SEP = "\x1f"
 
 
 class QueryScore:
@@ -101,9 +106,12 @@ class QueryScore:
         state = cls((), ap_zero, dcg_zero)
         items = row[0]
         if isinstance(items, str):
-            if not (items.startswith(SEP) and items.endswith(SEP)):
+            if items[:1] == OLD_SEP and items[-1:] == OLD_SEP:  # state format 4
+                state.items = compact(items[1:-1].split(OLD_SEP))
+            elif items[:1] == SEP and items[-1:] == SEP:
+                state.items = items
+            else:
                 raise ValueError("a shown list held as one string starts and ends with a separator")
-            state.items = items
         else:
             state.items = compact(items)
         if len(row) > 1:
