@@ -41,7 +41,7 @@ def install() -> bool:
         return False
     DefaultRecordBatch.__iter__ = records
     unpacking = Fetcher.PartitionRecords
-    if unpacking._unpack_records is not unpack_records:
+    if _consumer_records is not None and unpacking._unpack_records is not unpack_records:
         global _kafka_python_unpack
         _kafka_python_unpack = unpacking._unpack_records
         unpacking._unpack_records = unpack_records
