@@ -24,6 +24,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import kafka
+from kafka.consumer.fetcher import ConsumerRecord, Fetcher
+from kafka.errors import CorruptRecordError
+from kafka.protocol.consumer import IsolationLevel
+from kafka.record.default_records import DefaultRecordBatch
+
 from streameval import native
 
 #: the kafka-python versions whose ``DefaultRecordBatch`` and fetcher this reads as they do
@@ -33,10 +39,6 @@ TESTED = ("3.0.",)
 def install() -> bool:
     """Read kafka-python's record batches with the native core; False (and nothing changed)
     without the core or with a kafka-python this was not written against."""
-    import kafka
-    from kafka.consumer.fetcher import ConsumerRecord, Fetcher
-    from kafka.record.default_records import DefaultRecordBatch
-
     if _read is None or not kafka.__version__.startswith(TESTED) or ConsumerRecord._fields != _FIELDS:
         return False
     DefaultRecordBatch.__iter__ = records
@@ -65,9 +67,6 @@ def unpack_records(part: Any, tp: Any, batches: Any, key_deser: Any, value_deser
     if key_deser is not None or value_deser is not None:
         yield from _kafka_python_unpack(part, tp, batches, key_deser, value_deser)
         return
-    from kafka.consumer.fetcher import ConsumerRecord
-    from kafka.errors import CorruptRecordError
-
     try:
         batch = batches.next_batch()
         last_batch = None
@@ -106,8 +105,6 @@ def _skipped(part: Any, batch: Any) -> bool:
     """Whether a batch (message format v2) is not returned: a control batch (a transaction's
     marker), or a batch of an aborted transaction when reading committed records. Keeps the
     partition's leader epoch and aborted producers as kafka-python does."""
-    from kafka.consumer.fetcher import IsolationLevel
-
     part.leader_epoch = batch.leader_epoch
     if part.isolation_level == IsolationLevel.READ_COMMITTED and batch.has_producer_id():
         part._consume_aborted_transactions_up_to(batch.last_offset)
@@ -120,8 +117,6 @@ def _skipped(part: Any, batch: Any) -> bool:
 
 def _consumer_record_list(part: Any, tp: Any, batch: Any, make: Any) -> Iterator[Any]:
     """The records of a batch as kafka-python's fetcher makes them, one at a time."""
-    from kafka.errors import CorruptRecordError
-
     for record in batch:
         if part.check_crcs and not record.validate_crc():
             where = f"partition {part.topic_partition} at offset {record.offset}"
