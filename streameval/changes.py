@@ -7,26 +7,36 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-#: a state key: ("q", query_id), ("o", query_id), ("s", dedup key) or ("w", window, bucket)
+#: a state key: ("q", query_id), ("o", query_id), ("w", window, bucket) or ("m", minute)
 StateKey = tuple[Any, ...]
 
 
 class Changes:
-    """Records changed keys; :meth:`take` hands them out for a checkpoint and starts again."""
+    """Records changed keys, and the event dedup keys remembered since the last checkpoint (a
+    dedup key changes once: a forgotten one needs no entry, its pack goes when the watermark
+    passes the latest time in it, :mod:`streameval.packs`); :meth:`take` and :meth:`take_seen`
+    hand them out for a checkpoint and start again."""
 
-    __slots__ = ("keys", "add", "update")
+    __slots__ = ("keys", "add", "update", "seen", "add_seen")
 
     def __init__(self) -> None:
         self.keys: set[StateKey] = set()
         self.add: Callable[[StateKey], None] = self.keys.add
         self.update: Callable[[Iterable[StateKey]], None] = self.keys.update
+        self.seen: set[Any] = set()
+        self.add_seen: Callable[[Any], None] = self.seen.add
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.keys) + len(self.seen)
 
     def take(self) -> list[StateKey]:
         out = list(self.keys)
         self.keys.clear()
+        return out
+
+    def take_seen(self) -> list[Any]:
+        out = list(self.seen)
+        self.seen.clear()
         return out
 
 
@@ -43,3 +53,4 @@ class Unrecorded(Changes):
         super().__init__()
         self.add = _ignore
         self.update = _ignore
+        self.add_seen = _ignore

@@ -37,8 +37,9 @@ from streameval.scoring import QueryScore, Scorer
 
 UNATTRIBUTED_REASONS = ("before_impression", "after_horizon", "unknown_query", "late")
 #: What a change touched, for checkpoints: ("q", query_id) for an open query or its tombstone,
-#: ("o", query_id) for the orphans waiting for it, ("s", key) for an event dedup key; and, in the
-#: same set, ("w", window, bucket) from the windows. Of any length: a compiled build checks it.
+#: ("o", query_id) for the orphans waiting for it; and, in the same set, ("w", window, bucket)
+#: from the windows. Of any length: a compiled build checks it. An event dedup key is recorded
+#: apart, when it is first remembered (``Changes.add_seen``).
 #: The daemon remembers settled query ids and event dedup keys at least this long (event time).
 MIN_RETENTION_S = 600.0
 
@@ -197,9 +198,9 @@ class Joiner:
         for query_id in self._tombstone_expiry.pop_due(watermark):
             if self.tombstones.pop(query_id, None) is not None:
                 self.changes.add(("q", query_id))
+        seen = self.seen
         for key in self._seen_expiry.pop_due(watermark):
-            if self.seen.pop(key, None) is not None:
-                self.changes.add(("s", key))
+            seen.pop(key, None)  # its pack goes when the watermark passes all of it (packs)
 
     # --- state: adding one piece, as processing does and as a restore does -------------------
 
@@ -225,4 +226,4 @@ class Joiner:
         """Remember an event dedup key until the watermark passes ``expiry``."""
         self.seen[key] = expiry
         self._seen_expiry.push(expiry, key)
-        self.changes.add(("s", key))
+        self.changes.add_seen(key)

@@ -4,12 +4,17 @@ Most of what a checkpoint writes is per query (an open query, or the tombstone o
 one) and per event (its dedup key). Written one record per key, a checkpoint sends about 1.3
 changelog records per input record, and every record costs the producer and the encoder as much
 as a whole list of them. So these two kinds go into *packs*: each checkpoint writes the query
-and dedup-key entries that changed since the last one into records ``p:<n>`` (``n`` counts up
-per partition, from the totals), a few thousand entries each, and a pack is deleted (a null
-value) once none of its entries is still the newest value of a key that is still held:
+entries that changed and the dedup keys remembered since the last one into records ``p:<n>``
+(``n`` counts up per partition, from the totals), a few thousand entries each, one kind to a
+pack, and deletes a pack (a null value) once nothing in it is still held:
 
-- a newer pack wrote the key again (an event changed the query; it settled), or
-- the key was forgotten (a tombstone or a dedup key whose time the watermark passed).
+- a query pack once none of its entries is the newest value of a query still held: a newer
+  pack wrote the query again (an event changed it; it settled), or it was forgotten (its
+  tombstone's time passed);
+- a dedup-key pack once the watermark passed the latest time in it. A dedup key is written
+  once, when it is first remembered, and its time does not change: what a forgotten key leaves
+  is an entry the restore drops, so a pack needs no account of its keys one by one (a key
+  remembered again after it was forgotten has a newer entry, in a later pack).
 
 A forgotten key writes nothing. Its entry may stay in a pack that is still live for other
 entries, so a restore drops what the watermark has passed, exactly as the join would have: a
@@ -23,6 +28,7 @@ The orphans (``o:<query_id>``), windows, minutes, detectors and totals keep thei
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import orjson
@@ -42,14 +48,16 @@ StateKey = tuple[Any, ...]
 
 
 class Packs:
-    """Which pack holds the newest entry of each query and dedup key, and how many entries of
-    each pack are still the newest; the number of the next pack."""
+    """Which pack holds the newest entry of each query, and how many entries of each query pack
+    are still the newest; the latest time in each dedup-key pack; the number of the next pack."""
 
-    __slots__ = ("where", "live", "next", "legacy", "sizes")
+    __slots__ = ("where", "live", "until", "next", "legacy", "sizes")
 
     def __init__(self, first: int = 0) -> None:
         self.where: dict[StateKey, int] = {}
         self.live: dict[int, int] = {}
+        #: dedup-key pack -> the latest time of its keys still remembered
+        self.until: dict[int, float] = {}
         self.next = first
         #: records of an older layout (a key per query or dedup key): deleted by the next
         #: checkpoint, which writes every key they held into packs
@@ -65,23 +73,40 @@ class Packs:
         self.where[key] = pack
         self.live[pack] = self.live.get(pack, 0) + 1
 
+    def remembered(self, pack: int, until: float) -> None:
+        """``pack`` holds a dedup key remembered until ``until`` (a restore)."""
+        if until > self.until.get(pack, -math.inf):
+            self.until[pack] = until
+
     def empty(self) -> list[int]:
         """The packs none of whose entries is the newest any more (after a restore)."""
         return [n for n, count in self.live.items() if count == 0]
 
     def write(
-        self, changed: list[StateKey], entry: Any, version: int, empty: list[int] | None = None
+        self,
+        changed: list[StateKey],
+        entry: Any,
+        version: int,
+        empty: list[int] | None = None,
+        seen: list[Any] | None = None,
+        watermark: float = -math.inf,
     ) -> list[Entry]:
-        """The changelog records of a checkpoint's changed queries and dedup keys: new packs of
-        the keys still held (``entry(key)``: its kind, ``"q"``, ``"t"`` or ``"s"``, and its
-        JSON-ready entry, or None when the key is no longer held), nulls for the packs left with
-        nothing newest and for the records of an older layout. A pack holds entries of one kind."""
+        """The changelog records of a checkpoint: new packs of the changed queries still held
+        (``entry(key)``: its kind, ``"q"`` or ``"t"``, and its JSON-ready entry, or None when
+        the query is no longer held) and of the dedup keys remembered since the last checkpoint
+        (``seen``: their ``[key, until]`` entries); nulls for the packs left with nothing newest,
+        the dedup-key packs the watermark has passed and the records of an older layout. A pack
+        holds entries of one kind."""
         out: list[Entry] = [(name, None) for name in self.legacy]
         self.legacy = []
         dropped = list(empty or ())
-        where, live = self.where, self.live
-        keys: dict[str, list[StateKey]] = {"q": [], "t": [], "s": []}
-        values: dict[str, list[Any]] = {"q": [], "t": [], "s": []}
+        where, live, until = self.where, self.live, self.until
+        passed = [n for n, latest in until.items() if latest < watermark]
+        for n in passed:
+            del until[n]
+        dropped += passed
+        keys: dict[str, list[StateKey]] = {"q": [], "t": []}
+        values: dict[str, list[Any]] = {"q": [], "t": [], "s": seen or []}
         for key in changed:
             old = where.pop(key, None)
             if old is not None:
@@ -99,11 +124,14 @@ class Packs:
             start = 0
             while start < len(table):
                 end = start + self._room(kind)
-                out += self._packs(kind, keys[kind][start:end], table[start:end], version)
+                out += self._packs(kind, keys.get(kind), table[start:end], start, version)
                 start = end
         for n in dict.fromkeys(dropped):
+            if live.get(n):
+                continue  # a pack of both kinds (none is written so): its queries still held
             live.pop(n, None)
-            out.append((PREFIX + str(n).encode(), None))
+            if n not in until:  # else its dedup keys are
+                out.append((PREFIX + str(n).encode(), None))
         return out
 
     def _room(self, kind: str) -> int:
@@ -116,20 +144,27 @@ class Packs:
             return PACK_ENTRIES
         return max(1, min(PACK_ENTRIES, int(PACK_BYTES * PACK_FILL / size)))
 
-    def _packs(self, kind: str, keys: list[StateKey], values: list[Any], version: int) -> list[Entry]:
+    def _packs(
+        self, kind: str, keys: list[StateKey] | None, values: list[Any], start: int, version: int
+    ) -> list[Entry]:
+        """One pack of ``values`` (``keys[start:]`` their queries; None for dedup keys), or
+        more when it is too large."""
         raw = orjson.dumps({"v": version, kind: values})
         self.sizes[kind] = len(raw) / len(values)
         if len(raw) > PACK_BYTES and len(values) > 1:
             half = len(values) // 2
-            return self._packs(kind, keys[:half], values[:half], version) + self._packs(
-                kind, keys[half:], values[half:], version
+            return self._packs(kind, keys, values[:half], start, version) + self._packs(
+                kind, keys, values[half:], start + half, version
             )
         n = self.next
         self.next += 1
-        self.live[n] = len(keys)
-        where = self.where
-        for key in keys:
-            where[key] = n
+        if keys is None:
+            self.until[n] = max(value[1] for value in values)
+        else:
+            self.live[n] = len(values)
+            where = self.where
+            for key in keys[start : start + len(values)]:
+                where[key] = n
         return [(PREFIX + str(n).encode(), raw)]
 
 

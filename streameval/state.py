@@ -10,8 +10,9 @@ key                   value (JSON; every value carries ``"v"``, the format versi
 ====================  ==========================================================================
 ``p:<n>``             a pack (:mod:`streameval.packs`): entries of open queries (``q``: id, time,
                       group, score), of tombstones of settled ones (``t``: id, impression time)
-                      and of event dedup keys (``s``: key, when it is forgotten); deleted once
-                      none of them is the newest entry of a key still held
+                      or of event dedup keys (``s``: key, when it is forgotten); deleted once
+                      none of its queries is the newest entry of a query still held, or once the
+                      watermark passed the latest time of its dedup keys
 ``o:<query_id>``      the orphans waiting for that query; deleted when none is left
 ``w:<window>:<n>``    bucket n of a window: per group, the sums of its settled queries
 ``m:<minute>``        a minute not handed on to the detectors yet: per group, the moments of its
@@ -22,11 +23,11 @@ key                   value (JSON; every value carries ``"v"``, the format versi
                       the last minute handed on, the number of the next pack
 ====================  ==========================================================================
 
-A checkpoint writes only what changed since the previous one: the changed queries and dedup
-keys in new packs (and a null for each pack left with nothing newest), each other changed key
-(a deleted one as a null value, which compaction removes), plus ``t`` and the open ``m:``
-minutes (one or two, at the settled frontier: cheaper to write each time than to record per
-settled query). So the write cost of a checkpoint is a few entries per record processed in a
+A checkpoint writes only what changed since the previous one: the changed queries and the dedup
+keys remembered since then in new packs (and a null for each pack left with nothing held), each
+other changed key (a deleted one as a null value, which compaction removes), plus ``t`` and the
+open ``m:`` minutes (one or two, at the settled frontier: cheaper to write each time than to
+record per settled query). So the write cost of a checkpoint is a few entries per record processed in a
 few records, however large the state, and a restore reads the live state (plus what compaction
 has not removed yet), not the history.
 
@@ -64,8 +65,6 @@ from streameval.scoring import QueryScore, Sums
 FORMAT_VERSION = 5
 #: The versions a restore reads; it refuses any other.
 READABLE_VERSIONS = (1, 2, 3, 4, 5)
-#: the kinds of state key that live in packs
-PACKED = ("q", "s")
 TOTALS_KEY = b"t"
 DETECTORS_KEY = b"d"
 
@@ -83,12 +82,21 @@ def pending(pipeline: Pipeline) -> int:
 def checkpoint_entries(pipeline: Pipeline) -> list[Entry]:
     """The entries of every key that changed since the last call, then the totals; clears the
     record of changes."""
-    keys = pipeline.changes.take()
+    changes = pipeline.changes
+    keys = changes.take()
     if pipeline.minutes is not None and pipeline.minutes.open:  # the minute(s) at the frontier
         keys = list(set(keys).union(("m", m) for m in pipeline.minutes.open))
-    packed = [key for key in keys if key[0] in PACKED]
-    out = pipeline.packs.write(packed, _packed_entry(pipeline), FORMAT_VERSION, pipeline.packs.empty())
-    out += [_entry(pipeline, key) for key in keys if key[0] not in PACKED]
+    seen = pipeline.joiner.seen
+    remembered = [(key, seen[key]) for key in changes.take_seen() if key in seen]  # else forgotten
+    out = pipeline.packs.write(
+        [key for key in keys if key[0] == "q"],
+        _packed_entry(pipeline),
+        FORMAT_VERSION,
+        pipeline.packs.empty(),
+        remembered,
+        pipeline.watermark.value,
+    )
+    out += [_entry(pipeline, key) for key in keys if key[0] != "q"]
     combiner = pipeline.combiner
     if combiner is not None and combiner.changed:
         combiner.changed = False
@@ -101,12 +109,12 @@ def all_entries(pipeline: Pipeline) -> list[Entry]:
     """Every entry of the whole state, as a restore would need it (tests and benchmarks)."""
     joiner = pipeline.joiner
     packed: list[Any] = [("q", q) for q in (*joiner.open, *joiner.tombstones)]
-    packed += [("s", k) for k in joiner.seen]
     keys: list[Any] = [("o", q) for q in joiner.orphans]
     keys += [("w", ring.window.name, i) for ring in pipeline.windows.rings for i in ring.buckets]
     keys += [("m", m) for m in (pipeline.minutes.open if pipeline.minutes else ())]
     pipeline.packs = Packs(pipeline.packs.next)
-    out = pipeline.packs.write(packed, _packed_entry(pipeline), FORMAT_VERSION)
+    seen = list(joiner.seen.items())
+    out = pipeline.packs.write(packed, _packed_entry(pipeline), FORMAT_VERSION, seen=seen)
     out += [_entry(pipeline, key) for key in keys]
     if pipeline.combiner is not None:
         out.append((DETECTORS_KEY, _dumps(pipeline.combiner.to_dict())))
@@ -131,14 +139,11 @@ def _groups(table: dict[tuple[str, ...], Sums]) -> list[list[Any]]:
 
 
 def _packed_entry(pipeline: Pipeline) -> Callable[[tuple[Any, ...]], tuple[str, Any] | None]:
-    """A query's or dedup key's entry in a pack, None when it is no longer held."""
+    """A query's entry in a pack, None when it is no longer held."""
     joiner = pipeline.joiner
-    open_queries, tombstones, seen = joiner.open, joiner.tombstones, joiner.seen
+    open_queries, tombstones = joiner.open, joiner.tombstones
 
     def entry(key: tuple[Any, ...]) -> tuple[str, Any] | None:
-        if key[0] == "s":
-            expiry = seen.get(key[1])
-            return None if expiry is None else ("s", (key[1], expiry))
         query_id = key[1]
         query = open_queries.get(query_id)
         if query is not None:
@@ -267,7 +272,7 @@ def restore(
         pipeline.packs.legacy = legacy
         joiner = pipeline.joiner
         pipeline.changes.update(("q", q) for q in (*joiner.open, *joiner.tombstones))
-        pipeline.changes.update(("s", k) for k in joiner.seen)
+        pipeline.changes.seen.update(joiner.seen)
     return pipeline
 
 
@@ -301,7 +306,7 @@ def _apply_packs(pipeline: Pipeline, packs: list[tuple[int, dict[str, Any], str]
     for key, (n, until) in seen.items():
         if until >= watermark:  # else forgotten
             joiner.add_seen(key, until)
-            out.held(("s", key), n)
+            out.remembered(n, until)
     return out
 
 

@@ -200,6 +200,21 @@ def test_packs_stay_under_their_size_and_hold_each_entry_once() -> None:
         assert packs.live == held
 
 
+def test_a_dedup_key_pack_goes_when_the_watermark_passes_its_latest_key() -> None:
+    """Dedup keys are written once and not accounted one by one: their pack is deleted at the
+    first checkpoint whose watermark is past the latest time in it, and not before."""
+    packs = packs_module.Packs()
+    first = packs.write([], None, version=5, seen=[("a", 100.0), (["b", "x"], 300.0), ("c", 200.0)])
+    second = packs.write([], None, version=5, seen=[("d", 150.0)], watermark=99.0)
+    assert [name for name, _ in first + second] == [b"p:0", b"p:1"]
+    assert orjson.loads(first[0][1])["s"] == [["a", 100.0], [["b", "x"], 300.0], ["c", 200.0]]
+    assert packs.write([], None, version=5, watermark=150.0) == []  # a time equal to it is held
+    assert packs.write([], None, version=5, watermark=150.5) == [(b"p:1", None)]
+    assert packs.write([], None, version=5, watermark=300.0) == []
+    assert packs.write([], None, version=5, watermark=301.0) == [(b"p:0", None)]
+    assert packs.until == {} and packs.live == {} and packs.where == {}
+
+
 def _format_3(p: Pipeline) -> list[tuple[bytes, bytes | None]]:
     """The whole state as format 3 wrote it: a record per query and per dedup key."""
 
