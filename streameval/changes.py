@@ -12,10 +12,10 @@ StateKey = tuple[Any, ...]
 
 
 class Changes:
-    """Records changed keys, and the event dedup keys remembered since the last checkpoint (a
-    dedup key changes once: a forgotten one needs no entry, its pack goes when the watermark
-    passes the latest time in it, :mod:`streameval.packs`); :meth:`take` and :meth:`take_seen`
-    hand them out for a checkpoint and start again."""
+    """Records changed keys, and the event dedup keys remembered since the last checkpoint with
+    the time each is forgotten at (a dedup key changes once: a forgotten one needs no entry,
+    its pack goes when the watermark passes the latest time in it, :mod:`streameval.packs`);
+    :meth:`take` and :meth:`take_seen` hand them out for a checkpoint and start again."""
 
     __slots__ = ("keys", "add", "update", "seen", "add_seen")
 
@@ -23,8 +23,8 @@ class Changes:
         self.keys: set[StateKey] = set()
         self.add: Callable[[StateKey], None] = self.keys.add
         self.update: Callable[[Iterable[StateKey]], None] = self.keys.update
-        self.seen: set[Any] = set()
-        self.add_seen: Callable[[Any], None] = self.seen.add
+        self.seen: list[tuple[Any, float]] = []
+        self.add_seen: Callable[[tuple[Any, float]], None] = self.seen.append
 
     def __len__(self) -> int:
         return len(self.keys) + len(self.seen)
@@ -34,8 +34,8 @@ class Changes:
         self.keys.clear()
         return out
 
-    def take_seen(self) -> list[Any]:
-        out = list(self.seen)
+    def take_seen(self) -> list[tuple[Any, float]]:
+        out = self.seen[:]
         self.seen.clear()
         return out
 

@@ -226,4 +226,4 @@ class Joiner:
         """Remember an event dedup key until the watermark passes ``expiry``."""
         self.seen[key] = expiry
         self._seen_expiry.push(expiry, key)
-        self.changes.add_seen(key)
+        self.changes.add_seen((key, expiry))

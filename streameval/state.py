@@ -86,15 +86,15 @@ def checkpoint_entries(pipeline: Pipeline) -> list[Entry]:
     keys = changes.take()
     if pipeline.minutes is not None and pipeline.minutes.open:  # the minute(s) at the frontier
         keys = list(set(keys).union(("m", m) for m in pipeline.minutes.open))
-    seen = pipeline.joiner.seen
-    remembered = [(key, seen[key]) for key in changes.take_seen() if key in seen]  # else forgotten
+    watermark = pipeline.watermark.value
+    remembered = [entry for entry in changes.take_seen() if entry[1] >= watermark]  # else forgotten
     out = pipeline.packs.write(
         [key for key in keys if key[0] == "q"],
         _packed_entry(pipeline),
         FORMAT_VERSION,
         pipeline.packs.empty(),
         remembered,
-        pipeline.watermark.value,
+        watermark,
     )
     out += [_entry(pipeline, key) for key in keys if key[0] != "q"]
     combiner = pipeline.combiner
@@ -272,7 +272,7 @@ def restore(
         pipeline.packs.legacy = legacy
         joiner = pipeline.joiner
         pipeline.changes.update(("q", q) for q in (*joiner.open, *joiner.tombstones))
-        pipeline.changes.seen.update(joiner.seen)
+        pipeline.changes.seen += joiner.seen.items()
     return pipeline
 
 
