@@ -27,9 +27,9 @@ A checkpoint writes only what changed since the previous one: the changed querie
 keys remembered since then in new packs (and a null for each pack left with nothing held), each
 other changed key (a deleted one as a null value, which compaction removes), plus ``t`` and the
 open ``m:`` minutes (one or two, at the settled frontier: cheaper to write each time than to
-record per settled query). So the write cost of a checkpoint is a few entries per record processed in a
-few records, however large the state, and a restore reads the live state (plus what compaction
-has not removed yet), not the history.
+record per settled query). So the write cost of a checkpoint is a few entries per record
+processed in a few records, however large the state, and a restore reads the live state (plus
+what compaction has not removed yet), not the history.
 
 Format 3 and older kept a record per query (``q:<query_id>``) and per dedup key
 (``s:<dedup key>``). A restore reads them, and the first checkpoint after it writes all of them
