@@ -35,6 +35,8 @@ class Queue(Protocol[T]):
 
     def pop_due(self, watermark: float) -> list[T]: ...
 
+    def earliest(self) -> float: ...
+
 
 _INFINITE = sys.maxsize  # the "second" of items at +inf (never due) and, negated, at -inf
 
@@ -65,6 +67,14 @@ class Deadlines(Generic[T]):
             heapq.heappush(bucket, entry)
         self._len += 1
 
+    def earliest(self) -> float:
+        """The time of the earliest item (-inf for one at NaN, which sorts with -inf), inf with
+        none: no watermark up to it makes any item due."""
+        if not self._seconds:
+            return math.inf
+        when = self._buckets[self._seconds[0]][0][0]
+        return -math.inf if math.isnan(when) else when
+
     def pop_due(self, watermark: float) -> list[T]:
         """Remove and return the items whose time is below ``watermark``, earliest first."""
         out: list[T] = []
@@ -90,7 +100,7 @@ class Deadlines(Generic[T]):
 
 def deadlines() -> Queue[T]:
     """An empty :class:`Deadlines`: the native core's where it is installed."""
-    if core is None:
+    if core is None or not hasattr(core.Deadlines, "earliest"):  # none, or one built before it
         return Deadlines()
     queue: Queue[T] = core.Deadlines()
     return queue

@@ -27,7 +27,8 @@ answer ``replay`` computes in one batch (``replay.batch``; the tests hold the tw
 
 from __future__ import annotations
 
-from typing import Protocol
+import math
+from typing import Any, Protocol
 
 from streameval.changes import Changes, Unrecorded
 from streameval.config import Settings
@@ -109,6 +110,9 @@ class Joiner:
         self._orphan_expiry: Queue[Engagement] = deadlines()
         self._tombstone_expiry: Queue[str] = deadlines()
         self._seen_expiry: Queue[tuple[str, ...] | str] = deadlines()
+        #: no item of the four queues is due before the watermark passes this (the earliest
+        #: time among them, or less): a watermark up to it has nothing to settle or forget
+        self.next_due = math.inf
 
     # --- records -------------------------------------------------------------------------------
 
@@ -178,6 +182,8 @@ class Joiner:
 
     def advance(self, watermark: float) -> None:
         """Settle queries, expire orphans and forget old tombstones and keys the watermark passed."""
+        if watermark <= self.next_due:
+            return  # nothing is due (most watermark moves, in a backlog shorter than the horizon)
         for query_id in self._settle_at.pop_due(watermark):
             query = self.open.pop(query_id, None)
             if query is None:
@@ -201,23 +207,25 @@ class Joiner:
         seen = self.seen
         for key in self._seen_expiry.pop_due(watermark):
             seen.pop(key, None)  # its pack goes when the watermark passes all of it (packs)
+        queues = (self._settle_at, self._orphan_expiry, self._tombstone_expiry, self._seen_expiry)
+        self.next_due = min(queue.earliest() for queue in queues)
 
     # --- state: adding one piece, as processing does and as a restore does -------------------
 
     def add_open(self, query: OpenQuery) -> None:
         """Hold an open query until it settles."""
         self.open[query.query_id] = query
-        self._settle_at.push(query.ts + self.max_horizon, query.query_id)
+        self._hold(self._settle_at, query.ts + self.max_horizon, query.query_id)
         self.changes.add(("q", query.query_id))
 
     def add_tombstone(self, query_id: str, imp_ts: float) -> None:
         """Remember a settled query (its impression time) for the retention."""
         self.tombstones[query_id] = imp_ts
-        self._tombstone_expiry.push(imp_ts + self.max_horizon + self.retention, query_id)
+        self._hold(self._tombstone_expiry, imp_ts + self.max_horizon + self.retention, query_id)
 
     def add_orphan(self, ev: Engagement) -> None:
         """Hold an event until its impression arrives or the watermark passes ts + orphan_ttl."""
-        self._orphan_expiry.push(ev.ts + self.settings.orphan_ttl, ev)
+        self._hold(self._orphan_expiry, ev.ts + self.settings.orphan_ttl, ev)
         self.orphans.setdefault(ev.query_id, []).append(ev)
         self.orphan_count += 1
         self.changes.add(("o", ev.query_id))
@@ -225,5 +233,10 @@ class Joiner:
     def add_seen(self, key: tuple[str, ...] | str, expiry: float) -> None:
         """Remember an event dedup key until the watermark passes ``expiry``."""
         self.seen[key] = expiry
-        self._seen_expiry.push(expiry, key)
+        self._hold(self._seen_expiry, expiry, key)
         self.changes.add_seen((key, expiry))
+
+    def _hold(self, queue: Queue[Any], when: float, item: Any) -> None:
+        queue.push(when, item)
+        if not when >= self.next_due:  # earlier, or NaN (which the queues sort with -inf)
+            self.next_due = when

@@ -42,6 +42,7 @@ def test_the_same_order_as_a_heap(make, ops) -> None:
                 expected.append(heapq.heappop(heap)[2])
             assert ours.pop_due(when) == expected
         assert len(ours) == len(heap)
+        assert ours.earliest() == (min(entry[0] for entry in heap) if heap else math.inf)
 
 
 @native_only

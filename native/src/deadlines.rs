@@ -81,6 +81,12 @@ impl Deadlines {
         self.seq += 1;
     }
 
+    /// The time of the earliest item (-inf for one at NaN, which sorts with -inf), inf with
+    /// none: no watermark up to it makes any item due.
+    fn earliest(&self) -> f64 {
+        self.heap.peek().map_or(f64::INFINITY, |head| head.cmp_key().0)
+    }
+
     /// Remove and return the items whose time is below `watermark`, earliest first (an item at
     /// +inf is never due; one at -inf is due at any watermark above it).
     fn pop_due<'py>(&mut self, py: Python<'py>, watermark: f64) -> PyResult<Bound<'py, PyList>> {
