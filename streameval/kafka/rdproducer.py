@@ -39,6 +39,7 @@ class LibrdkafkaTransactions:
             "transactional.id": txn_id,
         }
         self.timeout = timeout
+        self.changelog_topic = settings.changelog_topic
         self.producer: Any = None
         self.open = False
         self.bytes_sent = 0
@@ -49,6 +50,10 @@ class LibrdkafkaTransactions:
     def connect(self) -> None:
         producer = connect("producer", ck.Producer, self.config)
         try:
+            # a broker connection first: init_transactions called at once found none half the
+            # time and waited for librdkafka's next coordinator query, 0.5 s later (measured:
+            # 0.06 s or 0.51 s, against 0.06 s every time after this metadata request)
+            producer.list_topics(self.changelog_topic, timeout=self.timeout)
             producer.init_transactions(self.timeout)
         except ck.KafkaException as exc:
             raise ck_error(exc) from None
