@@ -19,7 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kafka import TopicPartition
@@ -31,6 +31,7 @@ from streameval.kafka import protocols
 from streameval.kafka.client import Listed
 from streameval.kafka.clients import FETCH_MAX_WAIT_MS, PRODUCER_ONLY
 from streameval.kafka.rdconfig import CONSUMER_ONLY, common_config, librdkafka_config
+from streameval.kafka.rdrecords import by_partition
 
 try:  # the optional extra: streameval[confluent]
     import confluent_kafka as ck
@@ -73,22 +74,6 @@ def ck_tp(tp: TopicPartition, offset: int | None = None) -> Any:
 
 def _tps(partitions: Iterable[Any]) -> set[TopicPartition]:
     return {TopicPartition(p.topic, p.partition) for p in partitions}
-
-
-class Record:
-    """A consumed record with the attributes of the interface (kafka-python's names)."""
-
-    __slots__ = ("topic", "partition", "offset", "key", "value", "timestamp", "headers")
-
-    def __init__(self, message: Any) -> None:
-        self.topic = message.topic()
-        self.partition = message.partition()
-        self.offset = message.offset()
-        self.key = message.key()
-        self.value = message.value()
-        kind, timestamp = message.timestamp()
-        self.timestamp = timestamp if kind != ck.TIMESTAMP_NOT_AVAILABLE else -1
-        self.headers = message.headers() or []
 
 
 #: librdkafka's log lines, through the daemon's logging: kafka's level and throttle (README,
@@ -164,6 +149,8 @@ class LibrdkafkaConsumer:
         self._listener: Any = None
         self._eager = protocol == protocols.CLASSIC
         self._paused: set[TopicPartition] = set()
+        self._assignment: set[TopicPartition] | None = None  # librdkafka's, while it is not changed
+        self._in_callback = False
         self._admin_config = common_config(settings) | librdkafka_config(
             settings, PRODUCER_ONLY | protocols.CLASSIC_ONLY | CONSUMER_ONLY
         )
@@ -176,29 +163,48 @@ class LibrdkafkaConsumer:
         self._listener = listener
 
         def assigned(_: Any, partitions: list[Any]) -> None:
-            listener.on_partitions_assigned(_tps(partitions))
+            self._rebalancing(listener.on_partitions_assigned, partitions)
 
         def revoked(_: Any, partitions: list[Any]) -> None:
-            listener.on_partitions_revoked(_tps(partitions))
+            self._rebalancing(listener.on_partitions_revoked, partitions)
 
         def lost(_: Any, partitions: list[Any]) -> None:
-            listener.on_partitions_lost(_tps(partitions))
+            self._rebalancing(listener.on_partitions_lost, partitions)
 
         self.consumer.subscribe(list(topics), on_assign=assigned, on_revoke=revoked, on_lost=lost)
 
+    def _rebalancing(self, handler: Callable[[set[TopicPartition]], None], partitions: list[Any]) -> None:
+        """A rebalance callback: confluent-kafka changes the assignment when it returns (unless
+        the handler did), so the one :meth:`assignment` keeps is known again only after it."""
+        self._assignment = None
+        self._in_callback = True
+        try:
+            handler(_tps(partitions))
+        finally:
+            self._in_callback = False
+
     def assign(self, tps: Iterable[TopicPartition]) -> None:
         """Read these partitions outside the group (:mod:`~streameval.kafka.rdstage`)."""
+        self._assignment = None
         self._call(self.consumer.assign, [ck_tp(tp) for tp in sorted(tps)])
 
     def unassign(self) -> None:
+        self._assignment = None
         self._call(self.consumer.unassign)
         self._paused.clear()
 
     def assignment(self) -> set[TopicPartition]:
-        try:
-            return _tps(self.consumer.assignment())
-        except ck.KafkaException as exc:
-            raise ck_error(exc) from None
+        """Asked of librdkafka once after each change (a rebalance callback, :meth:`assign`):
+        the loop asks every round."""
+        assignment = self._assignment
+        if assignment is None:
+            try:
+                assignment = _tps(self.consumer.assignment())
+            except ck.KafkaException as exc:
+                raise ck_error(exc) from None
+            if not self._in_callback:
+                self._assignment = assignment
+        return set(assignment)
 
     def poll_round(self, timeout_ms: int, broker_silent: bool) -> dict[TopicPartition, list[Any]]:
         # consume(n, timeout) waits until it has n records or the timeout passes: with fewer
@@ -210,21 +216,7 @@ class LibrdkafkaConsumer:
             if first is None:
                 return {}
             messages = [first, *self.consumer.consume(POLL_RECORDS - 1, 0)]
-        # grouped by (topic, partition) as plain tuples: a TopicPartition made per group, not per record
-        out: dict[tuple[str, int], list[Any]] = {}
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.fatal():
-                    raise KafkaError(error.str())
-                log.debug("consume: %s", error.str())
-                continue
-            key = (message.topic(), message.partition())
-            batch = out.get(key)
-            if batch is None:
-                batch = out[key] = []
-            batch.append(Record(message))
-        return {TopicPartition(*key): batch for key, batch in out.items()}
+        return by_partition(messages)
 
     def poll(self, timeout_ms: int = 0) -> dict[TopicPartition, list[Any]]:
         return self.poll_round(timeout_ms, False)
