@@ -364,6 +364,81 @@ def verdict(ok: bool) -> str:
     return "met" if ok else "**missed**"
 
 
+def same_metrics(two: dict[str, Any]) -> str:
+    """Whether every daemon run of figure 2 showed the same input-determined metrics."""
+    return "same metrics" if two["same_metrics"] else "**metrics differ**"
+
+
+def figure_2_rows(two: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Figure 2's rows: the daemon against the bare consumer, and its variants."""
+    rows: list[tuple[str, str, str, str]] = []
+    if "skipped" in two:
+        rows.append(("2. `run` / bare kafka-python consumer", "not run", ">= 0.45", two["skipped"]))
+    else:
+        rows.append(
+            (
+                f"2. `run` / bare kafka-python consumer, backlog of {two['records']:,} records, 3 partitions "
+                f"({two['run_s']:.1f} s vs {two['bare_consumer_s']:.1f} s; without checkpoints "
+                f"{two['ratio_without_checkpoints']:.2f}, a checkpoint every 7 min)",
+                f"{two['ratio']:.2f}",
+                ">= 0.45",
+                verdict(two["ratio"] >= 0.45),
+            )
+        )
+        if "ratio_confluent" in two:
+            rows.append(
+                (
+                    f'2k. the same `run` with `kafka_client = "confluent-kafka"` / the bare kafka-python '
+                    f"consumer ({two['run_confluent_s']:.1f} s vs {two['bare_consumer_s']:.1f} s)",
+                    f"{two['ratio_confluent']:.2f}",
+                    ">= 1.0",
+                    verdict(two["ratio_confluent"] >= 1.0),
+                )
+            )
+        if "confluent_floor_ratio" in two:
+            rows.append(
+                (
+                    f"2c. bare kafka-python consumer / bare confluent-kafka consumer, the same backlog "
+                    f"({two['bare_consumer_s']:.1f} s vs {two['bare_confluent_s']:.1f} s): the ceiling "
+                    "of a librdkafka client",
+                    f"{two['confluent_floor_ratio']:.2f}",
+                    "reported",
+                    "",
+                )
+            )
+        if "ratio_repartitioned" in two:
+            rows.append(
+                (
+                    f"2r. the same with the events topic repartitioned by the daemon (`--repartition`; "
+                    f"{two['run_repartitioned_s']:.1f} s; README, Repartitioning)",
+                    f"{two['ratio_repartitioned']:.2f}",
+                    "reported",
+                    "",
+                )
+            )
+        if "compiled_ratio" in two:
+            rows.append(
+                (
+                    f"2'. the same, the compiled install (`STREAMEVAL_MYPYC=1`; "
+                    f"{two['compiled_run_s']:.1f} s, {same_metrics(two)})",
+                    f"{two['compiled_ratio']:.2f}",
+                    "reported",
+                    "",
+                )
+            )
+        if "compiled_ratio_confluent" in two:
+            rows.append(
+                (
+                    f'2k\'. the compiled install with `kafka_client = "confluent-kafka"` / the bare '
+                    f"kafka-python consumer ({two['compiled_run_confluent_s']:.1f} s, {same_metrics(two)})",
+                    f"{two['compiled_ratio_confluent']:.2f}",
+                    "reported",
+                    "",
+                )
+            )
+    return rows
+
+
 def render(results: dict[str, Any]) -> str:
     """The Markdown table: one row per figure, its ratio and its target."""
     f = results["figures"]
@@ -414,62 +489,7 @@ def render(results: dict[str, Any]) -> str:
             "",
         )
     )
-    two = f["2_daemon"]
-    if "skipped" in two:
-        rows.append(("2. `run` / bare kafka-python consumer", "not run", ">= 0.45", two["skipped"]))
-    else:
-        rows.append(
-            (
-                f"2. `run` / bare kafka-python consumer, backlog of {two['records']:,} records, 3 partitions "
-                f"({two['run_s']:.1f} s vs {two['bare_consumer_s']:.1f} s; without checkpoints "
-                f"{two['ratio_without_checkpoints']:.2f}, a checkpoint every 7 min)",
-                f"{two['ratio']:.2f}",
-                ">= 0.45",
-                verdict(two["ratio"] >= 0.45),
-            )
-        )
-        if "ratio_confluent" in two:
-            rows.append(
-                (
-                    f'2k. the same `run` with `kafka_client = "confluent-kafka"` / the bare kafka-python '
-                    f"consumer ({two['run_confluent_s']:.1f} s vs {two['bare_consumer_s']:.1f} s)",
-                    f"{two['ratio_confluent']:.2f}",
-                    ">= 1.0",
-                    verdict(two["ratio_confluent"] >= 1.0),
-                )
-            )
-        if "confluent_floor_ratio" in two:
-            rows.append(
-                (
-                    f"2c. bare kafka-python consumer / bare confluent-kafka consumer, the same backlog "
-                    f"({two['bare_consumer_s']:.1f} s vs {two['bare_confluent_s']:.1f} s): the ceiling "
-                    "of a librdkafka client",
-                    f"{two['confluent_floor_ratio']:.2f}",
-                    "reported",
-                    "",
-                )
-            )
-        if "ratio_repartitioned" in two:
-            rows.append(
-                (
-                    f"2r. the same with the events topic repartitioned by the daemon (`--repartition`; "
-                    f"{two['run_repartitioned_s']:.1f} s; README, Repartitioning)",
-                    f"{two['ratio_repartitioned']:.2f}",
-                    "reported",
-                    "",
-                )
-            )
-        if "compiled_ratio" in two:
-            same_metrics = "same metrics" if two["same_metrics"] else "**metrics differ**"
-            rows.append(
-                (
-                    f"2'. the same, the compiled install (`STREAMEVAL_MYPYC=1`; "
-                    f"{two['compiled_run_s']:.1f} s, {same_metrics})",
-                    f"{two['compiled_ratio']:.2f}",
-                    "reported",
-                    "",
-                )
-            )
+    rows += figure_2_rows(f["2_daemon"])
     three = f["3_state_size"]
     rows.append(
         (
