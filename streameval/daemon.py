@@ -21,6 +21,7 @@ from streameval.errors import InputError
 from streameval.exporter import registry
 from streameval.history import History
 from streameval.http import Health, make_app, serve
+from streameval.kafka import compat
 from streameval.kafka.backends import Backend, backend_for
 from streameval.kafka.client import CheckpointProducer
 from streameval.kafka.clients import transactional_id
@@ -42,6 +43,7 @@ def run(settings: Settings) -> int:
         ", ".join(settings.events_topics),
         settings.redacted_kafka(),
     )
+    compat.drop_timeout_tracebacks()  # else kafka-python's polls keep their records until a full GC
     initial = empty_view(settings, time.time())
     running: list[ConsumerLoop] = []  # the loop, once the clients are up
 

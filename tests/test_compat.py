@@ -4,7 +4,10 @@ whether the workaround is still needed, and adapt or remove it (README, Guarante
 
 from __future__ import annotations
 
+import gc
 import inspect
+import weakref
+from collections.abc import Callable
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
@@ -146,3 +149,29 @@ def test_future_offsets_are_none_until_the_answer_and_raise_its_error() -> None:
     failed.failure(KafkaTimeoutError("no answer"))
     with pytest.raises(KafkaTimeoutError):
         compat.FutureOffsets(failed).result()
+
+
+class _Held:
+    """A local of the caller of a poll (weak-referenceable)."""
+
+
+def test_a_timed_out_wait_no_longer_keeps_its_callers_locals_in_a_cycle(consumer) -> None:
+    # the internals: the fetcher drops the timeout that run() raises from its waits
+    assert "except Errors.KafkaTimeoutError: pass" in _source(Fetcher.fetch_records)
+    fetcher = consumer._fetcher
+
+    def poll_like() -> Callable[[], object]:
+        held = _Held()  # what a poll's caller holds: its records, the loop's round
+        try:
+            fetcher._net.run(fetcher._manager.wait_for, Future(), 0)
+        except KafkaTimeoutError:
+            pass
+        return weakref.ref(held)
+
+    gc.disable()  # only reference counting frees what is not in a cycle
+    try:
+        compat.drop_timeout_tracebacks()
+        compat.drop_timeout_tracebacks()  # once only
+        assert poll_like()() is None
+    finally:
+        gc.enable()
