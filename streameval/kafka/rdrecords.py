@@ -39,8 +39,8 @@ def by_partition(messages: list[Any]) -> dict[TopicPartition, list[Record]]:
 
 class Record:
     """A consumed record with the attributes of the interface (kafka-python's names). The key
-    and headers are asked of librdkafka's message when read: only a dead-letter copy, the
-    repartition stage and the restore read them, not the join."""
+    and headers are asked of librdkafka's message when read: only a dead-letter copy and the
+    repartition stage read them, not the join."""
 
     __slots__ = ("topic", "partition", "offset", "value", "timestamp", "_message")
 
