@@ -322,6 +322,10 @@ def main() -> int:
     args = parser.parse_args()
     if args.scale <= 0:
         parser.error("--scale must be positive")
+    try:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        parser.error(f"--out {args.out}: {exc.strerror}")
     log_path = Path(args.out) / "benchmark.log"
     results: dict[str, Any] = {"machine": machine(), "scale": args.scale, "figures": {}}
     figures = results["figures"]
