@@ -164,12 +164,14 @@ def test_broker_down_60_s_between_two_halves(tmp_path, topics: Topics, daemons) 
     command, env = local_broker(topics.bootstrap)
     run = TwoHalves(tmp_path, topics, daemons, seed=22, partitions=2)
     subprocess.run([*command, "stop"], env=env, check=True, capture_output=True)
-    time.sleep(5)  # the clients notice
-    quiet = Quiet(run.daemon)
-    time.sleep(55)
-    share, lines = quiet.done()
-    assert run.daemon.proc.poll() is None, run.daemon.output()
-    subprocess.run([*command, "start"], env=env, check=True, capture_output=True)
+    try:
+        time.sleep(5)  # the clients notice
+        quiet = Quiet(run.daemon)
+        time.sleep(55)
+        share, lines = quiet.done()
+        assert run.daemon.proc.poll() is None, run.daemon.output()
+    finally:  # the broker back whatever happened: every later test needs it
+        subprocess.run([*command, "start"], env=env, check=True, capture_output=True)
     assert share < 0.10, f"{share:.1%} of a core while the broker was down"
     assert lines <= 10, (
         f"{lines:.0f} log lines a minute while the broker was down:\n{run.daemon.output()[-3000:]}"
