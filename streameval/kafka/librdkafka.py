@@ -55,9 +55,15 @@ def available() -> bool:
     return ck is not None
 
 
+def error_of(exc: BaseException) -> Any:
+    """The confluent_kafka.KafkaError a KafkaException carries, or None."""
+    first = exc.args[0] if exc.args else None
+    return first if hasattr(first, "str") else None
+
+
 def ck_error(exc: BaseException) -> KafkaError:
     """librdkafka's error as the interface's KafkaError."""
-    error = exc.args[0] if exc.args and hasattr(exc.args[0], "str") else None
+    error = error_of(exc)
     text = error.str() if error is not None else str(exc)
     if error is not None and error.code() == ck.KafkaError._TIMED_OUT:
         return KafkaTimeoutError(text)
@@ -357,7 +363,7 @@ class LibrdkafkaConsumer:
 
 
 def describe(exc: BaseException) -> str:
-    error = exc.args[0] if exc.args and hasattr(exc.args[0], "str") else None
+    error = error_of(exc)
     return error.str() if error is not None else f"{type(exc).__name__}: {exc}"
 
 

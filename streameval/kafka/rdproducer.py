@@ -14,7 +14,7 @@ from kafka import OffsetAndMetadata
 from streameval.config import Settings
 from streameval.kafka.checkpoint import CheckpointFailed
 from streameval.kafka.deadletter import Headers, record_size
-from streameval.kafka.librdkafka import ck, ck_error, ck_tp, connect, describe
+from streameval.kafka.librdkafka import ck, ck_error, ck_tp, connect, describe, error_of
 from streameval.kafka.rdconfig import PRODUCER_EXCLUDE, common_config, librdkafka_config
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ class LibrdkafkaTransactions:
                 producer.init_transactions(INIT_STEP_S)
                 break
             except ck.KafkaException as exc:
-                error = exc.args[0] if exc.args and hasattr(exc.args[0], "retriable") else None
+                error = error_of(exc)
                 if error is None or not error.retriable() or time.monotonic() >= deadline:
                     raise ck_error(exc) from None
         self.producer = producer
@@ -199,7 +199,7 @@ class LibrdkafkaTransactions:
 
     def _send_failed(self, topic: str, exc: BaseException) -> CheckpointFailed:
         self._end_failed()
-        error = exc.args[0] if exc.args and hasattr(exc.args[0], "code") else None
+        error = error_of(exc)
         too_large = error is not None and _too_large(error)
         return CheckpointFailed(f"send to {topic} failed: {describe(exc)}", too_large, topic)
 
