@@ -15,7 +15,8 @@ quarter, which on a growing state is a large share of the run (figures: ``benchm
   at each other), is reclaimed at once (:func:`reclaim_now`);
 - ``replay``, which holds everything until the end and makes no cycles, runs with the collector
   off (:func:`paused`), and a command about to exit leaves what it built to the end of the
-  process (:func:`keep_until_exit`).
+  process (:func:`keep_until_exit`) before the collector is back on: else its next young
+  collection scans every object made while it was off (0.3 s on 1M records).
 """
 
 from __future__ import annotations

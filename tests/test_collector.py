@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import weakref
+from pathlib import Path
 
 from streameval.collector import FullCollections
 from streameval.config import load_settings
@@ -38,3 +41,42 @@ def test_a_dropped_pipeline_is_a_cycle_that_the_due_collection_reclaims() -> Non
     finally:
         gc.enable()
         collections.end()
+
+
+# Run as the program: the replay's records, kept for the exit, are never scanned by a young
+# collection (the collector turned back on first would scan them all at its next one).
+_REPLAY_WATCHED = """
+import gc, sys
+import streameval.replay
+from streameval import cli
+
+largest = [0]
+def watch(phase, info):
+    if phase == "start" and info["generation"] == 0:
+        largest[0] = max(largest[0], len(gc.get_objects(generation=0)))
+replay = streameval.replay.replay
+def watched(*args, **kwargs):
+    gc.callbacks.append(watch)  # from the start: the collector is off while it runs
+    return replay(*args, **kwargs)
+streameval.replay.replay = watched
+sys.argv = ["streameval", "replay", "--impressions", "examples/impressions.jsonl",
+            "--events", "examples/clicks.jsonl", "--events", "examples/purchases.jsonl"]
+import os
+real_exit = os._exit
+def said_exit(code):  # the program ends with os._exit, having kept the records for it
+    sys.stderr.write(f"young collections scanned at most {largest[0]}\\n")
+    real_exit(code)
+os._exit = said_exit
+sys.exit(cli.main())
+"""
+
+
+def test_a_replay_about_to_exit_keeps_its_records_from_the_collector() -> None:
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", _REPLAY_WATCHED], cwd=root, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    scanned = int(done.stderr.rsplit(" ", 1)[1])
+    records = 668  # the three example files: each leaves two or more tracked objects
+    assert scanned < records, done.stderr
