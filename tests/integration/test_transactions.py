@@ -20,10 +20,10 @@ from tests.integration.test_daemon import (
 pytestmark = pytest.mark.integration
 
 
-def test_a_commit_interval_of_two_minutes_with_dead_letters_commits_every_checkpoint(
+def test_a_commit_interval_over_30_s_with_dead_letters_commits_every_checkpoint(
     tmp_path, topics: Topics, daemons
 ) -> None:
-    """The first dead-letter record opens the checkpoint's transaction two minutes before the
+    """The first dead-letter record opens the checkpoint's transaction 45 s before the
     checkpoint commits it: with the producer's old fixed 30 s timeout the broker aborted it, the
     producer was fenced and the checkpoint failed (and so every one after it)."""
     impressions, events, log = make_log(3)
@@ -32,13 +32,13 @@ def test_a_commit_interval_of_two_minutes_with_dead_letters_commits_every_checkp
     topics.produce(topics.impressions, impressions)
     topics.produce(topics.clicks, events)
     produce_flush(topics)
-    config = topics.config(tmp_path / "c.toml", **(DAEMON_CONFIG | {"commit_interval": "2m"}))
+    config = topics.config(tmp_path / "c.toml", **(DAEMON_CONFIG | {"commit_interval": "45s"}))
     daemon = Daemon(config)
     daemons.append(daemon)
     total = len(impressions) + len(events)
     daemon.wait_until(settled_with_flush(topics, total), what="everything settled")
     metrics = daemon.wait_until(
-        lambda m: value(m, "streameval_checkpoints_total") >= 1, timeout=200, what="the first checkpoint"
+        lambda m: value(m, "streameval_checkpoints_total") >= 1, timeout=120, what="the first checkpoint"
     )
     assert value(metrics, "streameval_checkpoint_failures_total") == 0
     # by now the wall clock has moved the watermark past the flush queries too: leave them out
