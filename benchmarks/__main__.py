@@ -12,6 +12,7 @@ machines; absolute times are in the JSON for reference. Nothing here asserts.
     deploy/kafka/local.sh start        # for figures 2, 6 and 7
     python -m benchmarks               # 11-25 minutes on 2 cores (the last runs)
     python -m benchmarks --scale 0.1   # a quick look (smaller data, same figures)
+    python -m benchmarks --scale 0.01 --rounds 1   # that it runs (tests/integration/test_benchmarks.py)
 """
 
 from __future__ import annotations
@@ -314,6 +315,12 @@ def main() -> int:
     )
     parser.add_argument("--out", default=str(HERE), help="where results.json/.md go (default: benchmarks/)")
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="rounds of figures 2 and 7, each the best of its rounds (default: %(default)s; 1: a smoke run)",
+    )
+    parser.add_argument(
         "--port",
         type=int,
         default=9499,
@@ -322,6 +329,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.scale <= 0:
         parser.error("--scale must be positive")
+    if args.rounds < 1:
+        parser.error("--rounds must be 1 or more")
     try:
         Path(args.out).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -343,7 +352,7 @@ def main() -> int:
 
             backlog_s = max(30, round(400 * args.scale))
             figures["2_daemon"] = kafka_figures.figure_2(
-                args.bootstrap_servers, backlog_s, args.port, log, say, compiled=build
+                args.bootstrap_servers, backlog_s, args.port, log, say, compiled=build, rounds=args.rounds
             )
             # figure 7 runs on figure 2's backlog, in the same rounds
             figures["7_peer"] = figures["2_daemon"].pop("peer")

@@ -218,8 +218,10 @@ def quix_job(topics: Topics, n: int, log) -> tuple[float, str]:
         return time.perf_counter() - start, done.stdout
 
 
-def figure_2(bootstrap: str, duration_s: int, port: int, log, say, compiled: Path | None = None) -> dict:
-    """The daemon end to end on a backlog, against the bare consumer (best of two each); also
+def figure_2(
+    bootstrap: str, duration_s: int, port: int, log, say, compiled: Path | None = None, rounds: int = 2
+) -> dict:
+    """The daemon end to end on a backlog, against the bare consumer (best of ``rounds`` each); also
     the compiled install's daemon (``compiled``: a directory from ``compiled.build``), whose
     input-determined metrics must equal the interpreted one's."""
     topics = new_topics(bootstrap)
@@ -250,7 +252,7 @@ def figure_2(bootstrap: str, duration_s: int, port: int, log, say, compiled: Pat
         fast_librdkafka: list[float] = []  # the compiled install on confluent-kafka
         quix: list[float] = []
         quix_out: list[str] = []
-        for attempt in range(2):
+        for attempt in range(rounds):
             floor.append(bare_consumer(topics, n, log))
             daemon_run(run)
             line = f"figure 2: round {attempt + 1}: bare consumer {floor[-1]:.2f} s, "
