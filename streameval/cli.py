@@ -333,9 +333,7 @@ def _replay(args: argparse.Namespace) -> int:
     from streameval.replay import build_report, format_table, replay
 
     settings = _settings(args)
-    # the collector stays off until what the replay built is kept for the exit: turned on first,
-    # its next young collection would scan every record the replay made (0.3 s on 1M records)
-    with collector.paused():
+    with collector.paused():  # until the records are kept for the exit (else scanned once more)
         pipeline, held = replay(settings, args.impressions, args.events, workers=args.workers)
         if args.program:  # the program exits after the report
             collector.keep_until_exit(held)
@@ -383,8 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code = COMMANDS[args.command](args)
         if args.program and collector.kept_for_exit():
-            # the program ends here: skip freeing, one by one, the millions of objects a replay
-            # leaves, as the end of the process reclaims them at once
+            # not freed one by one: the millions of objects a replay leaves go with the process
             sys.stdout.flush()
             sys.stderr.flush()
             logging.shutdown()
