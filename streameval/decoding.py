@@ -290,6 +290,24 @@ class Decoder:
         grades, default_type = self.grades, self.topic_types.get(topic)
         return lambda data: read(data, grades, default_type, self._limit())
 
+    def impression_shard_lines(
+        self, labels: dict[Any, Any]
+    ) -> Callable[[bytes, int, int], native.ShardLines] | None:
+        """As :meth:`impression_lines`, the lines of one shard of the queries and those every
+        shard gets (``replay`` in several processes): called with the shard and how many."""
+        read = native.impression_shard_lines(self.group_by)
+        if read is None or self._impressions is not None:
+            return None
+        return lambda data, shard, shards: read(data, self._limit(), labels, shard, shards)
+
+    def event_shard_lines(self, topic: str) -> Callable[[bytes, int, int], native.ShardLines] | None:
+        """As :meth:`event_lines`, the lines of one shard of the queries."""
+        read = native.event_shard_lines()
+        if read is None or self._events is not None:
+            return None
+        grades, default_type = self.grades, self.topic_types.get(topic)
+        return lambda data, shard, shards: read(data, grades, default_type, self._limit(), shard, shards)
+
     def impression_values(self, values: list[Any]) -> list[ImpressionFields | Rejection]:
         """Kafka records' values (None: an empty one), each as :meth:`impression_compacted`
         decodes it, in one call to the native core where it is installed (the daemon). Not for

@@ -104,6 +104,10 @@ def event_decoder(
 #: per line that is not blank (the bytes of a line where Python must decide), and the indexes
 #: of those lines
 Lines = tuple[list[Any], list[int]]
+#: what a core's ``shard_lines``/``event_shard_lines`` give for a block of lines and one shard
+#: of the queries: as :data:`Lines` for the lines of that shard's queries, and the indexes of
+#: the lines every shard gets (a subset of the second list: no query id could be read from them)
+ShardLines = tuple[list[Any], list[int], list[int]]
 
 
 def impression_lines(
@@ -119,6 +123,22 @@ def event_lines() -> Callable[[bytes, Mapping[str, float], str | None, float], L
     """The core's reading of a block of event lines at once (``replay``): with the grades, the
     topic's default type and the guard's limit; None without it."""
     return getattr(core, "event_lines", None)
+
+
+def impression_shard_lines(
+    group_by: Sequence[str],
+) -> Callable[[bytes, float, dict[Any, Any], int, int], ShardLines] | None:
+    """As :func:`impression_lines`, for one shard of the queries (``replay`` in several
+    processes, each reading every line): with the shard and the number of shards."""
+    impressions = core.Impressions(tuple(group_by)) if core is not None else None
+    return getattr(impressions, "shard_lines", None)
+
+
+def event_shard_lines() -> (
+    Callable[[bytes, Mapping[str, float], str | None, float, int, int], ShardLines] | None
+):
+    """As :func:`event_lines`, for one shard of the queries."""
+    return getattr(core, "event_shard_lines", None)
 
 
 def impression_values(

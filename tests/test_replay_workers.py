@@ -67,6 +67,16 @@ def replayed(imps: str, events: list[str], workers: int, max_groups: int = 1000)
     return build_report(pipeline), pipeline.counters, sorted(pipeline.group_cap.known)
 
 
+def records_passed(patch: pytest.MonkeyPatch) -> None:
+    """Replays in several processes as without the native core: each process decodes a part
+    of the lines and they pass each other the records, instead of each reading every line and
+    decoding its shard's."""
+    from streameval.decoding import Decoder
+
+    patch.setattr(Decoder, "impression_shard_lines", lambda self, labels: None)
+    patch.setattr(Decoder, "event_shard_lines", lambda self, topic: None)
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     seed=st.integers(0, 2**32 - 1),
@@ -74,13 +84,16 @@ def replayed(imps: str, events: list[str], workers: int, max_groups: int = 1000)
     blank_lines=st.booleans(),
     last_newline=st.booleans(),
     max_groups=st.sampled_from([1000, 3]),
+    passed=st.booleans(),
 )
 def test_any_number_of_workers_gives_the_report_of_one_process(
-    seed, workers, blank_lines, last_newline, max_groups
+    seed, workers, blank_lines, last_newline, max_groups, passed
 ):
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as patch:
         imps, events = write_log(Path(tmp), seed, blank_lines, last_newline)
         alone = replayed(imps, events, 1, max_groups)
+        if passed:
+            records_passed(patch)
         assert replayed(imps, events, workers, max_groups) == alone
 
 
@@ -137,17 +150,20 @@ def test_groups_over_max_groups_only_across_parts_are_found_too(tmp_path) -> Non
     assert replayed(imps, events, 2, 1) == replayed(imps, events, 1, 1)
 
 
-@pytest.mark.parametrize("dies_at", [1, 2, 3])
-def test_a_worker_that_dies_leaves_the_replay_to_one_process(tmp_path, monkeypatch, dies_at) -> None:
+@pytest.mark.parametrize(("passed", "dies_at"), [(False, 1), (False, 2), (True, 1), (True, 2), (True, 3)])
+def test_a_worker_that_dies_leaves_the_replay_to_one_process(tmp_path, monkeypatch, passed, dies_at) -> None:
     import streameval.replay.shards
 
     imps, events = write_log(tmp_path, 7, True, True, id_copies=False)
     alone = replayed(imps, events, 1)
+    if passed:
+        records_passed(monkeypatch)
     work = streameval.replay.shards.work
 
     def dies(pipeline, sources, cuts, part, n, main):
-        # with 2 processes a worker sends its records for the other shard, the hashes of its
-        # event ids, and its answer: it dies instead of its dies_at-th send
+        # with 2 processes a worker sends the hashes of its event ids and its answer, and
+        # first, when the records are passed, its records for the other shard: it dies instead
+        # of its dies_at-th send
         sends, send = [], main.send
 
         def send_or_die(frame):
@@ -203,6 +219,26 @@ _UNUSUAL = [
 ]
 
 
+def unusual_sources(directory: Path, seed: int, blank_lines: bool, last_newline: bool, unusual: list[bytes]):
+    """The files of :func:`write_log` with these lines put in anywhere, as ``replay``'s sources
+    (skips without the native core, whose block reading the tests hold to the lines')."""
+    from streameval import native
+    from streameval.decoding import Decoder
+    from streameval.replay import files
+
+    if native.core is None:
+        pytest.skip("the native core is not installed")
+    rng = random.Random(seed)
+    imps, events = write_log(directory, seed, blank_lines, last_newline)
+    for path in (imps, *events):
+        lines = Path(path).read_bytes().split(b"\n")
+        for line in unusual:
+            lines.insert(rng.randrange(len(lines) + 1), line)
+        Path(path).write_bytes(b"\n".join(lines))
+    settings_ = load_settings(None, {}, {})
+    return files.sources(settings_, Decoder(settings_, lambda: 1767225600.0), imps, events, {})
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     seed=st.integers(0, 2**32 - 1),
@@ -215,23 +251,11 @@ def test_blocks_of_lines_read_as_line_by_line(seed, block, parts, blank_lines, l
     """The native core's reading of a block of lines at a time (README, Performance) gives the
     records, in order, and the counts that reading line by line gives, for any block size and
     any parts of the files."""
-    from streameval import native
-    from streameval.decoding import Decoder
     from streameval.replay import files
 
-    if native.core is None:
-        pytest.skip("the native core is not installed")
-    rng = random.Random(seed)
     with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as patch:
         patch.setattr(files, "BLOCK_BYTES", block)
-        imps, events = write_log(Path(tmp), seed, blank_lines, last_newline)
-        for path in (imps, *events):
-            lines = Path(path).read_bytes().split(b"\n")
-            for line in _UNUSUAL:
-                lines.insert(rng.randrange(len(lines) + 1), line)
-            Path(path).write_bytes(b"\n".join(lines))
-        settings_ = load_settings(None, {}, {})
-        sources = files.sources(settings_, Decoder(settings_, lambda: 1767225600.0), imps, events, {})
+        sources = unusual_sources(Path(tmp), seed, blank_lines, last_newline, _UNUSUAL)
         assert all(source.decode_lines is not None for source in sources)
 
         def read(blocks: bool) -> tuple:
@@ -245,3 +269,44 @@ def test_blocks_of_lines_read_as_line_by_line(seed, block, parts, blank_lines, l
             return got, decoding.counts()
 
         assert read(True) == read(False)
+
+
+#: lines the native core reads no query id from: every shard gets them, and one keeps each
+_EVERYONE = [
+    b'{"query_id":"d1","query_id":"d2","ts":1,"items":["a"],"item":"a","type":"click"}',  # orjson: d2
+    b'{"query_id":5,"ts":1,"items":["a"],"item":"a","type":"click"}',
+    b"not json",
+    b'{"query_id":"n1","ts":1,"items":["a"],"item":"a","type":"click","x":' + b"[" * 200 + b"]" * 200 + b"}",
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    block=st.sampled_from([1, 64, 1000, 1 << 22]),
+    shards=st.integers(1, 4),
+    blank_lines=st.booleans(),
+    last_newline=st.booleans(),
+)
+def test_each_shard_reading_every_line_keeps_its_queries_and_counts_each_line_once(
+    seed, block, shards, blank_lines, last_newline
+):
+    """The native core's reading of every line for one shard of the queries (``replay`` in
+    several processes): the shards' records are the records of their queries, in the files'
+    order, and their counts add up to those of reading the lines one by one."""
+    from streameval.replay import files
+
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(files, "BLOCK_BYTES", block)
+        sources = unusual_sources(Path(tmp), seed, blank_lines, last_newline, _UNUSUAL + _EVERYONE)
+        assert all(source.shard_lines is not None for source in sources)
+        one = files.Decoding(Progress(StringIO()))
+        whole = [list(one.part(source._replace(decode_lines=None), 0, None)) for source in sources]
+        assert any(record[0] == "d2" for record in whole[1])  # a good line every shard got
+        added = files.Decoding(Progress(StringIO()))
+        for shard in range(shards):
+            decoding = files.Decoding(Progress(StringIO()))
+            got = [list(decoding.shard(source, shard, shards)) for source in sources]
+            assert got == [[r for r in records if files.shard_of(r[0], shards) == shard] for records in whole]
+            added.add(decoding.counts())
+        assert added.counts() == one.counts()

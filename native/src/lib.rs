@@ -17,6 +17,10 @@
 //!   `Impressions.decode_values(values, limit, labels)` and `event_values(values, grades,
 //!   default_type, limit)`: the same for a list of Kafka records' values (`read_values`), for
 //!   the daemon; a value left to Python comes back as it was.
+//! - `Impressions.shard_lines(data, limit, labels, shard, shards)` and `event_shard_lines(data,
+//!   grades, default_type, limit, shard, shards)`: `decode_lines` and `event_lines` for one of
+//!   the processes of a replay, each reading every line but decoding only the lines of its
+//!   shard's queries (`shard_lines`; `streameval.replay.files.Decoding.shard`).
 //! - `murmur2(data)` and `Placement(partitions).partition_of(query_id)`: Kafka's murmur2, as
 //!   `streameval.kafka.placement`.
 //! - `batch_records(buffer, pos, count, base_offset, first_timestamp, log_append_time,
@@ -360,6 +364,20 @@ impl Impressions {
         read_lines(py, data, |text| self.compact_within(py, text, limit, labels))
     }
 
+    /// `decode_lines` for one of `shards` processes sharing a replay, each reading every line:
+    /// `(records, slow, everyone)` as the function `shard_lines` gives them.
+    fn shard_lines<'py>(
+        &self,
+        py: Python<'py>,
+        data: &[u8],
+        limit: f64,
+        labels: &Bound<'py, PyDict>,
+        shard: u32,
+        shards: u32,
+    ) -> PyResult<(Bound<'py, PyList>, Vec<usize>, Vec<usize>)> {
+        shard_lines(py, data, shard, shards, &self.wanted, |picked| self.picked_within(py, picked, limit, labels))
+    }
+
     /// The values of a list (Kafka records' values: bytes, or None) as `decode_lines` reads
     /// each line, for the daemon: `(records, slow)` as `read_values` gives them.
     fn decode_values<'py>(
@@ -383,7 +401,19 @@ impl Impressions {
         limit: f64,
         labels: &Bound<'py, PyDict>,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let Some([query_id, ts, items, group]) = self.fields(py, text, true)? else { return Ok(None) };
+        let Some(picked) = pick(text, &self.wanted) else { return Ok(None) };
+        self.picked_within(py, picked, limit, labels)
+    }
+
+    /// `compact_within` of a record already picked.
+    fn picked_within<'py>(
+        &self,
+        py: Python<'py>,
+        picked: Picked,
+        limit: f64,
+        labels: &Bound<'py, PyDict>,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let Some([query_id, ts, items, group]) = self.fields_of(py, picked, true)? else { return Ok(None) };
         if !within(&ts, limit) {
             return Ok(None);
         }
@@ -405,7 +435,11 @@ impl Impressions {
 
     /// `[query_id, ts, items, group]` of a well-formed impression, or None.
     fn fields<'py>(&self, py: Python<'py>, text: &str, compact: bool) -> PyResult<Option<[Bound<'py, PyAny>; 4]>> {
-        let Some(mut picked) = pick(text, &self.wanted) else { return Ok(None) };
+        let Some(picked) = pick(text, &self.wanted) else { return Ok(None) };
+        self.fields_of(py, picked, compact)
+    }
+
+    fn fields_of<'py>(&self, py: Python<'py>, mut picked: Picked, compact: bool) -> PyResult<Option<[Bound<'py, PyAny>; 4]>> {
         // labels first: a label may read the same value as query_id or ts
         let mut labels = Vec::with_capacity(self.slot_of_label.len());
         for &slot in &self.slot_of_label {
@@ -463,6 +497,51 @@ fn read_lines<'py>(
         append(&records, &mut slow, decoded, || PyBytes::new(py, line).into_any())?;
     }
     Ok((records, slow))
+}
+
+/// Which of `shards` processes replays the records of a query: murmur2 of its id's UTF-8
+/// bytes, as Kafka's default partitioner places a key (`streameval.replay.shards`).
+fn shard_of(key: &[u8], shards: u32) -> u32 {
+    (murmur2_of(key) & 0x7fff_ffff) % shards.max(1)
+}
+
+/// `read_lines` for process `shard` of `shards`, each reading every line of the files: a line
+/// whose `query_id` is a string (index 0 of `wanted`) is this process's when the id's shard is
+/// `shard`, and is left out otherwise (`decode` never sees it); a line whose id cannot be read
+/// here (not UTF-8, not one JSON object, a key named twice, an id of another type) goes to every
+/// process as its bytes, for Python to decide: `everyone` holds the indexes of those (a subset
+/// of `slow`). So each line is decided by one process, but those, which each decides alike.
+fn shard_lines<'py, S: AsRef<str>>(
+    py: Python<'py>,
+    data: &[u8],
+    shard: u32,
+    shards: u32,
+    wanted: &[S],
+    mut decode: impl FnMut(Picked) -> PyResult<Option<Bound<'py, PyTuple>>>,
+) -> PyResult<(Bound<'py, PyList>, Vec<usize>, Vec<usize>)> {
+    let records = PyList::empty(py);
+    let mut slow = Vec::new();
+    let mut everyone = Vec::new();
+    for line in lines(data) {
+        let picked = std::str::from_utf8(line).ok().and_then(|text| pick(text, wanted));
+        let owner = match &picked {
+            Some(Picked { values }) => match &values[0] {
+                Some(Val::Str(id)) => Some(shard_of(id.as_bytes(), shards)),
+                _ => None,
+            },
+            None => None,
+        };
+        let decoded = match (owner, picked) {
+            (Some(owner), _) if owner != shard => continue,
+            (Some(_), Some(picked)) => decode(picked)?,
+            _ => {
+                everyone.push(records.len());
+                None
+            }
+        };
+        append(&records, &mut slow, decoded, || PyBytes::new(py, line).into_any())?;
+    }
+    Ok((records, slow, everyone))
 }
 
 /// The values of `values` decoded by `decode` (None: left to Python), for the daemon:
@@ -546,6 +625,27 @@ fn event_lines<'py>(
     read_lines(py, data, |text| event_within(py, text, grades, default_type.as_ref(), limit))
 }
 
+/// `event_lines` for one of `shards` processes sharing a replay: `(records, slow, everyone)`
+/// as `shard_lines` gives them.
+#[pyfunction]
+#[pyo3(signature = (data, grades, default_type, limit, shard, shards))]
+fn event_shard_lines<'py>(
+    py: Python<'py>,
+    data: &[u8],
+    grades: &Bound<'py, PyAny>,
+    default_type: Option<Bound<'py, PyString>>,
+    limit: f64,
+    shard: u32,
+    shards: u32,
+) -> PyResult<(Bound<'py, PyList>, Vec<usize>, Vec<usize>)> {
+    shard_lines(py, data, shard, shards, &EVENT_KEYS, |picked| {
+        match event_picked(py, picked, grades, default_type.as_ref())? {
+            Some(p) if within(&p[3], limit) => PyTuple::new(py, p).map(Some),
+            _ => Ok(None),
+        }
+    })
+}
+
 /// The values of a list (Kafka records' values) as `event_lines` reads each line, for the
 /// daemon: `(records, slow)` as `read_values` gives them.
 #[pyfunction]
@@ -580,7 +680,17 @@ fn event_fields<'py>(
     grades: &Bound<'py, PyAny>,
     default_type: Option<&Bound<'py, PyString>>,
 ) -> PyResult<Option<[Bound<'py, PyAny>; 5]>> {
-    let Some(mut picked) = pick(text, &EVENT_KEYS) else { return Ok(None) };
+    let Some(picked) = pick(text, &EVENT_KEYS) else { return Ok(None) };
+    event_picked(py, picked, grades, default_type)
+}
+
+/// `event_fields` of a record already picked.
+fn event_picked<'py>(
+    py: Python<'py>,
+    mut picked: Picked,
+    grades: &Bound<'py, PyAny>,
+    default_type: Option<&Bound<'py, PyString>>,
+) -> PyResult<Option<[Bound<'py, PyAny>; 5]>> {
     let Some(query_id) = string(py, picked.take(0)) else { return Ok(None) };
     let Some(item) = picked.take(1).and_then(|v| item_id(py, v)) else { return Ok(None) };
     let event_type = match picked.take(2) {
@@ -665,6 +775,7 @@ fn streameval_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(event, m)?)?;
     m.add_function(wrap_pyfunction!(event_lines, m)?)?;
     m.add_function(wrap_pyfunction!(event_values, m)?)?;
+    m.add_function(wrap_pyfunction!(event_shard_lines, m)?)?;
     m.add_function(wrap_pyfunction!(murmur2, m)?)?;
     m.add_class::<Placement>()?;
     m.add_class::<batches::Record>()?;

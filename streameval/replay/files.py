@@ -14,6 +14,7 @@ from streameval import native
 from streameval.config import Settings
 from streameval.decoding import Decoder
 from streameval.errors import InputError
+from streameval.kafka.placement import murmur2
 from streameval.records import Ignored, ImpressionFields, Rejection
 from streameval.replay.progress import Progress
 
@@ -27,12 +28,14 @@ BLOCK_BYTES = 1 << 22
 
 class Source(NamedTuple):
     """An input file, the topic its records count under, and their decoder (one line; and,
-    with the native core, a block of whole lines in one call)."""
+    with the native core, a block of whole lines in one call, and a block's lines of one shard
+    of the queries: ``shard_lines(block, shard, shards)``)."""
 
     path: str
     topic: str
     decode: Callable[[bytes], Any]
     decode_lines: Callable[[bytes], native.Lines] | None = None
+    shard_lines: Callable[[bytes, int, int], native.ShardLines] | None = None
 
 
 def sources(
@@ -46,13 +49,14 @@ def sources(
             settings.impressions_topic,
             _impression_decoder(decoder, labels),
             decoder.impression_lines(labels),
+            decoder.impression_shard_lines(labels),
         )
     ]
     for path in events:
         topic = Path(path).stem
-        found.append(
-            Source(path, topic, functools.partial(decoder.event, topic=topic), decoder.event_lines(topic))
-        )
+        decode = functools.partial(decoder.event, topic=topic)
+        lines, shard_lines = decoder.event_lines(topic), decoder.event_shard_lines(topic)
+        found.append(Source(path, topic, decode, lines, shard_lines))
     return found
 
 
@@ -137,41 +141,62 @@ class Decoding:
         it leaves (to reject, or unusual) decoded one by one as :meth:`part` does."""
         topic, decode, rejected, ignored = source.topic, source.decode, self.rejected, self.ignored
         read = self.read
-        try:
-            with open(source.path, "rb") as handle:
-                handle.seek(start)
-                left = -1 if end is None else end - start
-                rest = b""  # a line not ended yet
-                while True:
-                    data = handle.read(BLOCK_BYTES if left < 0 else min(BLOCK_BYTES, left))
-                    left -= len(data)
-                    if data:
-                        data = rest + data if rest else data
-                        cut = data.rfind(b"\n") + 1
-                        block, rest = data[:cut], data[cut:]
-                        if not block:
-                            continue
-                    elif rest:
-                        block, rest = rest, b""  # the last line, without a line end
-                    else:
-                        break
-                    records, slow = decode_lines(block)
-                    read += len(records)
-                    for i in slow:
-                        record = decode(records[i])
-                        if type(record) is Rejection:
-                            rejected[(topic, record.reason)] += 1
-                            record = None
-                        elif type(record) is Ignored:
-                            ignored[(topic, record.type)] += 1
-                            record = None
-                        records[i] = record
-                    self.progress.update("read", read)
-                    yield from (filter(None, records) if slow else records)
-        except OSError as exc:
-            raise unreadable(source.path, exc) from None
+        for block in blocks(source.path, start, end):
+            records, slow = decode_lines(block)
+            read += len(records)
+            for i in slow:
+                record = decode(records[i])
+                if type(record) is Rejection:
+                    rejected[(topic, record.reason)] += 1
+                    record = None
+                elif type(record) is Ignored:
+                    ignored[(topic, record.type)] += 1
+                    record = None
+                records[i] = record
+            self.progress.update("read", read)
+            yield from (filter(None, records) if slow else records)
         self.consumed[topic] += read - self.read
         self.read = read
+
+    def shard(self, source: Source, shard: int, shards: int) -> Iterator[Any]:
+        """The good records of the whole file whose queries are shard ``shard`` of ``shards``
+        (:func:`shard_of`), in the file's order, counting the lines this shard decides: its
+        queries' lines, and of the lines the native core cannot read a query id from (which
+        every shard decodes alike), a good one with it and a bad one by the hash of its bytes.
+        So every line is counted by one shard. Needs ``source.shard_lines``."""
+        shard_lines = source.shard_lines
+        assert shard_lines is not None
+        topic, decode, rejected, ignored = source.topic, source.decode, self.rejected, self.ignored
+        counted = 0
+        seen = self.read  # every line of the files, for the progress lines
+        for block in blocks(source.path, 0, None):
+            records, slow, everyone = shard_lines(block, shard, shards)
+            counted += len(records) - len(everyone)
+            seen += block.count(b"\n")
+            shared = set(everyone)
+            for i in slow:
+                line = records[i]
+                record = decode(line)
+                ours = True
+                if i in shared:
+                    bad = type(record) is Rejection or type(record) is Ignored
+                    ours = (shard_of_line(line, shards) if bad else shard_of(record[0], shards)) == shard
+                    counted += ours
+                if type(record) is Rejection:
+                    if ours:
+                        rejected[(topic, record.reason)] += 1
+                    record = None
+                elif type(record) is Ignored:
+                    if ours:
+                        ignored[(topic, record.type)] += 1
+                    record = None
+                elif not ours:
+                    record = None
+                records[i] = record
+            self.progress.update("read", seen)
+            yield from (filter(None, records) if slow else records)
+        self.consumed[topic] += counted
+        self.read = seen
 
     def counts(self) -> tuple[dict[str, int], dict[tuple[str, str], int], dict[tuple[str, str], int]]:
         """The counts as plain dicts (to send to another process)."""
@@ -185,6 +210,43 @@ class Decoding:
         self.consumed.update(consumed)
         self.rejected.update(rejected)
         self.ignored.update(ignored)
+
+
+def blocks(path: str, start: int, end: int | None) -> Iterator[bytes]:
+    """The whole lines from byte ``start`` to ``end`` (None: the end of the file), about
+    BLOCK_BYTES at a time (the last line may have no line end)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(start)
+            left = -1 if end is None else end - start
+            rest = b""  # a line not ended yet
+            while True:
+                data = handle.read(BLOCK_BYTES if left < 0 else min(BLOCK_BYTES, left))
+                left -= len(data)
+                if data:
+                    data = rest + data if rest else data
+                    cut = data.rfind(b"\n") + 1
+                    block, rest = data[:cut], data[cut:]
+                    if not block:
+                        continue
+                elif rest:
+                    block, rest = rest, b""  # the last line, without a line end
+                else:
+                    break
+                yield block
+    except OSError as exc:
+        raise unreadable(path, exc) from None
+
+
+def shard_of(query_id: str, shards: int) -> int:
+    """The shard of a query (of ``shards``): murmur2 of its id's UTF-8 bytes, as the native
+    core's ``shard_lines`` computes it."""
+    return (murmur2(query_id.encode()) & 0x7FFFFFFF) % shards
+
+
+def shard_of_line(line: bytes, shards: int) -> int:
+    """The shard that counts a bad line every shard reads: murmur2 of its bytes."""
+    return (murmur2(line) & 0x7FFFFFFF) % shards
 
 
 def check_inputs(paths: Iterable[str]) -> None:

@@ -3,15 +3,18 @@ queries.
 
 Every rule of the join relates the records of one query to each other, but one: the copies of
 an event id count once, whatever their queries. So the queries are dealt to the processes by a
-hash of their id, and each joins and scores its share. Each process decodes one part of every
-file (cut at line ends), deals the records to their shards, and sends each shard its records
-(the main process passes on what the workers send each other); a shard then holds its records
-in the order of the files, as one process would read them. Each shard keeps the first copy of
-each event id among its records; before the events are judged, the shards settle the ids kept
-in more than one (:func:`ids_here`, :func:`ids_in_worker`): the earliest copy counts, the others
-are duplicates. Each worker sends its shard's counts and per group its queries' values back;
-the main process adds them up, and the means are the same as from one process, since each
-group's values are summed correctly rounded (``math.fsum``), whatever their order.
+hash of their id, and each joins and scores its share. With the native core each process reads
+every line of every file and decodes its shard's (:func:`read_shard`: parsing a line costs
+less than passing its record between processes). Without it each process decodes one part of
+every file (cut at line ends), deals the records to their shards, and sends each shard its
+records (the main process passes on what the workers send each other). Either way a shard
+holds its records in the order of the files, as one process would read them. Each shard keeps
+the first copy of each event id among its records; before the events are judged, the shards
+settle the ids kept in more than one (:func:`ids_here`, :func:`ids_in_worker`): the earliest
+copy counts, the others are duplicates. Each worker sends its shard's counts and per group its
+queries' values back; the main process adds them up, and the means are the same as from one
+process, since each group's values are summed correctly rounded (``math.fsum``), whatever
+their order.
 
 Done in one process instead (from the start, :class:`OneProcess`): when the earliest copies of
 an event id in two shards have one time (which is first is a matter of the files' order, which
@@ -49,7 +52,9 @@ def replay_in_shards(
     """The replay in ``n`` processes into ``pipeline``; returns what it built (the records).
     Raises OneProcess when it must be done in one process."""
     settings = pipeline.settings
-    file_cuts = [cuts(source.path, n) for source in sources]
+    # with the native core every process reads every line, each decoding its shard's; else
+    # each decodes its part of the lines, and they pass each other the records
+    file_cuts = None if all(source.shard_lines for source in sources) else [cuts(s.path, n) for s in sources]
     workers: list[Worker] = []
     too_many = f"more groups than max_groups ({settings.max_groups})"
     if settings.labels_max_values:
@@ -61,11 +66,17 @@ def replay_in_shards(
                 raise OneProcess("no process could be forked")
             workers.append(worker)
         decoding = Decoding(progress)
-        mine = deal(decoding, sources, file_cuts, 0, n)
-        if pipeline.group_cap.would_fold(labels):  # in this process's part alone
+        if file_cuts is None:
+            mine = [read_shard(decoding, sources, 0, n)]
+        else:
+            mine = deal(decoding, sources, file_cuts, 0, n)
+        if pipeline.group_cap.would_fold(labels):  # in this process's records alone
             raise OneProcess(too_many)
-        progress.stage(f"passing records between {n} processes")
-        parts = _exchange(workers, mine)
+        if file_cuts is None:
+            parts = mine
+        else:
+            progress.stage(f"passing records between {n} processes")
+            parts = _exchange(workers, mine)
         progress.stage(f"joining and scoring in {n} processes")
         own = join(
             settings,
@@ -113,6 +124,12 @@ def _exchange(workers: list[Worker], mine: Dealt) -> Dealt:
     return [mine[0]] + [marshal.loads(frames[0]) for frames in sent]
 
 
+def read_shard(decoding: Decoding, sources: list[Source], shard: int, n: int) -> list[list[Any]]:
+    """The good records of shard ``shard`` (of ``n``) in every file, read whole: [file] -> its
+    records in order (the native core's reading, :meth:`Decoding.shard`)."""
+    return [list(decoding.shard(source, shard, n)) for source in sources]
+
+
 def deal(decoding: Decoding, sources: list[Source], file_cuts: list[list[int]], part: int, n: int) -> Dealt:
     """The good records of part ``part`` of every file, dealt to the ``n`` shards by their query."""
     shards: Dealt = [[[] for _ in sources] for _ in range(n)]
@@ -132,18 +149,27 @@ def in_order(parts: Dealt, files: Iterable[int]) -> Iterator[Any]:
 
 
 def work(
-    pipeline: Pipeline, sources: list[Source], file_cuts: list[list[int]], part: int, n: int, main: Frames
+    pipeline: Pipeline,
+    sources: list[Source],
+    file_cuts: list[list[int]] | None,
+    part: int,
+    n: int,
+    main: Frames,
 ) -> None:
-    """A worker: part ``part`` of every file decoded and dealt, each other shard's records
-    sent to the main process, its own shard's received and joined (the event ids it shares with
-    other shards settled with the main process) and scored, and that sent."""
+    """A worker: shard ``part``'s records read from every file (with ``file_cuts``: part
+    ``part`` of every file decoded and dealt, each other shard's records sent to the main
+    process, its own shard's received), joined (the event ids it shares with other shards
+    settled with the main process) and scored, and that sent."""
     decoding = Decoding(Progress.silent())  # the main process prints the progress
-    mine = deal(decoding, sources, file_cuts, part, n)
-    for shard in range(n):
-        if shard != part:
-            main.send(marshal.dumps(mine[shard]))
-            mine[shard] = []
-    parts = [mine[part] if other == part else marshal.loads(main.receive()) for other in range(n)]
+    if file_cuts is None:
+        parts = [read_shard(decoding, sources, part, n)]
+    else:
+        mine = deal(decoding, sources, file_cuts, part, n)
+        for shard in range(n):
+            if shard != part:
+                main.send(marshal.dumps(mine[shard]))
+                mine[shard] = []
+        parts = [mine[part] if other == part else marshal.loads(main.receive()) for other in range(n)]
     own = join(
         pipeline.settings,
         pipeline.scorer,
