@@ -1,20 +1,20 @@
 """A replay in several processes: this one and forked workers, each joining one shard of the
 queries.
 
-Every rule of the join relates the records of one query to each other, but one: the copies of
-an event id count once, whatever their queries. So the queries are dealt to the processes by a
-hash of their id, and each joins and scores its share. With the native core each process reads
-every line of every file and decodes its shard's (:func:`read_shard`: parsing a line costs
-less than passing its record between processes). Without it each process decodes one part of
+Every rule of the join relates the records of one query to each other, but one: the copies of an
+event id count once, whatever their queries. So the queries are dealt to the processes by a hash
+of their id, and each joins and scores its share. With the native core and two processes each
+reads every line of every file and decodes its shard's (:func:`read_shard`: parsing a line costs
+less than passing its record, :data:`READ_ALL`). Otherwise each process decodes one part of
 every file (cut at line ends), deals the records to their shards, and sends each shard its
-records (the main process passes on what the workers send each other). Either way a shard
-holds its records in the order of the files, as one process would read them. Each shard keeps
-the first copy of each event id among its records; before the events are judged, the shards
-settle the ids kept in more than one (:func:`ids_here`, :func:`ids_in_worker`): the earliest
-copy counts, the others are duplicates. Each worker sends its shard's counts and per group its
+records (the main process passes on what the workers send each other). Either way a shard holds
+its records in the order of the files, as one process would read them. Each shard keeps the
+first copy of each event id among its records; before the events are judged, the shards settle
+the ids kept in more than one (:func:`ids_here`, :func:`ids_in_worker`): the earliest copy
+counts, the others are duplicates. Each worker sends its shard's counts and per group its
 queries' values back; the main process adds them up, and the means are the same as from one
-process, since each group's values are summed correctly rounded (``math.fsum``), whatever
-their order.
+process, since each group's values are summed correctly rounded (``math.fsum``), whatever their
+order.
 
 Done in one process instead (from the start, :class:`OneProcess`): when the earliest copies of
 an event id in two shards have one time (which is first is a matter of the files' order, which
@@ -41,6 +41,11 @@ from streameval.replay.progress import Progress
 #: [shard][file] -> records in the file's order
 Dealt = list[list[list[Any]]]
 
+#: the most processes that each read every line (with the native core): each then parses all of
+#: them, where passing records costs each process a share; measured on 1M records, 2 processes
+#: reading all took 2.20-2.63 s against 2.48-2.85 s, and with 3 and 4 the CPU time grew by 0.4-0.6 s
+READ_ALL = 2
+
 
 class OneProcess(Exception):
     """Why a replay in several processes cannot give the answer: it is done in one instead."""
@@ -52,9 +57,10 @@ def replay_in_shards(
     """The replay in ``n`` processes into ``pipeline``; returns what it built (the records).
     Raises OneProcess when it must be done in one process."""
     settings = pipeline.settings
-    # with the native core every process reads every line, each decoding its shard's; else
-    # each decodes its part of the lines, and they pass each other the records
-    file_cuts = None if all(source.shard_lines for source in sources) else [cuts(s.path, n) for s in sources]
+    # up to READ_ALL processes with the native core, every process reads every line, each
+    # decoding its shard's; else each decodes its part of the lines, and they pass the records
+    read_all = n <= READ_ALL and all(source.shard_lines for source in sources)
+    file_cuts = None if read_all else [cuts(source.path, n) for source in sources]
     workers: list[Worker] = []
     too_many = f"more groups than max_groups ({settings.max_groups})"
     if settings.labels_max_values:
