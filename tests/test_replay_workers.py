@@ -219,6 +219,20 @@ _UNUSUAL = [
 ]
 
 
+def write_unusual_log(
+    directory: Path, seed: int, blank_lines: bool, last_newline: bool, unusual: list[bytes]
+) -> tuple[str, list[str]]:
+    """:func:`write_log` with these lines put in anywhere in every file."""
+    rng = random.Random(seed)
+    imps, events = write_log(directory, seed, blank_lines, last_newline)
+    for path in (imps, *events):
+        lines = Path(path).read_bytes().split(b"\n")
+        for line in unusual:
+            lines.insert(rng.randrange(len(lines) + 1), line)
+        Path(path).write_bytes(b"\n".join(lines))
+    return imps, events
+
+
 def unusual_sources(directory: Path, seed: int, blank_lines: bool, last_newline: bool, unusual: list[bytes]):
     """The files of :func:`write_log` with these lines put in anywhere, as ``replay``'s sources
     (skips without the native core, whose block reading the tests hold to the lines')."""
@@ -228,13 +242,7 @@ def unusual_sources(directory: Path, seed: int, blank_lines: bool, last_newline:
 
     if native.core is None:
         pytest.skip("the native core is not installed")
-    rng = random.Random(seed)
-    imps, events = write_log(directory, seed, blank_lines, last_newline)
-    for path in (imps, *events):
-        lines = Path(path).read_bytes().split(b"\n")
-        for line in unusual:
-            lines.insert(rng.randrange(len(lines) + 1), line)
-        Path(path).write_bytes(b"\n".join(lines))
+    imps, events = write_unusual_log(directory, seed, blank_lines, last_newline, unusual)
     settings_ = load_settings(None, {}, {})
     return files.sources(settings_, Decoder(settings_, lambda: 1767225600.0), imps, events, {})
 
@@ -310,3 +318,17 @@ def test_each_shard_reading_every_line_keeps_its_queries_and_counts_each_line_on
             assert got == [[r for r in records if files.shard_of(r[0], shards) == shard] for records in whole]
             added.add(decoding.counts())
         assert added.counts() == one.counts()
+
+
+@pytest.mark.parametrize("seed", [3, 8, 21])
+def test_two_processes_reading_every_line_give_the_report_of_one(tmp_path, seed) -> None:
+    """With the native core, 2 processes each read every line (README, `streameval replay`):
+    lines every process gets, unusual ones and copies of event ids included."""
+    from streameval import native
+    from streameval.replay import shards
+
+    if native.core is None:
+        pytest.skip("the native core is not installed")
+    assert shards.READ_ALL >= 2
+    imps, events = write_unusual_log(tmp_path, seed, True, True, _UNUSUAL + _EVERYONE)
+    assert replayed(imps, events, 2) == replayed(imps, events, 1)
