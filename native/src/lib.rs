@@ -499,8 +499,8 @@ fn read_lines<'py>(
     Ok((records, slow))
 }
 
-/// Which of `shards` processes replays the records of a query: murmur2 of its id's UTF-8
-/// bytes, as Kafka's default partitioner places a key (`streameval.replay.shards`).
+/// Which of `shards` processes replays the records of a query (`streameval.replay.files.shard_of`),
+/// or which partition the default partitioner gives a key: murmur2 of its UTF-8 bytes.
 fn shard_of(key: &[u8], shards: u32) -> u32 {
     (murmur2_of(key) & 0x7fff_ffff) % shards.max(1)
 }
@@ -765,7 +765,7 @@ impl Placement {
     }
 
     fn partition_of(&self, query_id: &str) -> u32 {
-        (murmur2_of(query_id.as_bytes()) & 0x7fff_ffff) % self.partitions
+        shard_of(query_id.as_bytes(), self.partitions)
     }
 }
 
