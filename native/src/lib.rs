@@ -499,8 +499,8 @@ fn read_lines<'py>(
     Ok((records, slow))
 }
 
-/// Which of `shards` processes replays the records of a query (`streameval.replay.files.shard_of`),
-/// or which partition the default partitioner gives a key: murmur2 of its UTF-8 bytes.
+/// Which partition the default partitioner gives a key (`Placement`), and so which of `shards`
+/// processes replays a query (`shard_lines`): murmur2 of its UTF-8 bytes.
 fn shard_of(key: &[u8], shards: u32) -> u32 {
     (murmur2_of(key) & 0x7fff_ffff) % shards.max(1)
 }

@@ -14,7 +14,7 @@ from streameval import native
 from streameval.config import Settings
 from streameval.decoding import Decoder
 from streameval.errors import InputError
-from streameval.kafka.placement import murmur2
+from streameval.kafka.placement import Placement, murmur2
 from streameval.records import Ignored, ImpressionFields, Rejection
 from streameval.replay.progress import Progress
 
@@ -139,20 +139,13 @@ class Decoding:
     ) -> Iterator[Any]:
         """:meth:`part` a block of whole lines at a time, each decoded in one call; the lines
         it leaves (to reject, or unusual) decoded one by one as :meth:`part` does."""
-        topic, decode, rejected, ignored = source.topic, source.decode, self.rejected, self.ignored
+        topic, decode = source.topic, source.decode
         read = self.read
         for block in blocks(source.path, start, end):
             records, slow = decode_lines(block)
             read += len(records)
             for i in slow:
-                record = decode(records[i])
-                if type(record) is Rejection:
-                    rejected[(topic, record.reason)] += 1
-                    record = None
-                elif type(record) is Ignored:
-                    ignored[(topic, record.type)] += 1
-                    record = None
-                records[i] = record
+                records[i] = self._good(topic, decode(records[i]))
             self.progress.update("read", read)
             yield from (filter(None, records) if slow else records)
         self.consumed[topic] += read - self.read
@@ -160,13 +153,14 @@ class Decoding:
 
     def shard(self, source: Source, shard: int, shards: int) -> Iterator[Any]:
         """The good records of the whole file whose queries are shard ``shard`` of ``shards``
-        (:func:`shard_of`), in the file's order, counting the lines this shard decides: its
-        queries' lines, and of the lines the native core cannot read a query id from (which
-        every shard decodes alike), a good one with it and a bad one by the hash of its bytes.
-        So every line is counted by one shard. Needs ``source.shard_lines``."""
+        (the native core's, :class:`~streameval.kafka.placement.Placement`'s partition of the
+        query id), in the file's order, counting the lines this shard decides: its queries'
+        lines, and of the lines the native core cannot read a query id from (which every shard
+        decodes alike), a good one with it and a bad one by the hash of its bytes. So every line
+        is counted by one shard. Needs ``source.shard_lines``."""
         shard_lines = source.shard_lines
         assert shard_lines is not None
-        topic, decode, rejected, ignored = source.topic, source.decode, self.rejected, self.ignored
+        topic, decode, placement = source.topic, source.decode, Placement(shards)
         counted = 0
         seen = self.read  # every line of the files, for the progress lines
         for block in blocks(source.path, 0, None):
@@ -177,26 +171,29 @@ class Decoding:
             for i in slow:
                 line = records[i]
                 record = decode(line)
-                ours = True
-                if i in shared:
-                    bad = type(record) is Rejection or type(record) is Ignored
-                    ours = (shard_of_line(line, shards) if bad else shard_of(record[0], shards)) == shard
-                    counted += ours
-                if type(record) is Rejection:
-                    if ours:
-                        rejected[(topic, record.reason)] += 1
-                    record = None
-                elif type(record) is Ignored:
-                    if ours:
-                        ignored[(topic, record.type)] += 1
-                    record = None
-                elif not ours:
-                    record = None
-                records[i] = record
+                if i in shared:  # every shard decoded it: one keeps it, or counts it
+                    good = type(record) is not Rejection and type(record) is not Ignored
+                    owner = placement.partition_of(record[0]) if good else shard_of_line(line, shards)
+                    if owner != shard:
+                        records[i] = None
+                        continue
+                    counted += 1
+                records[i] = self._good(topic, record)
             self.progress.update("read", seen)
             yield from (filter(None, records) if slow else records)
         self.consumed[topic] += counted
         self.read = seen
+
+    def _good(self, topic: str, record: Any) -> Any:
+        """``record`` when it is a good one, else None, a rejected or ignored one counted (the
+        lines the block reading leaves, decoded one by one)."""
+        if type(record) is Rejection:
+            self.rejected[(topic, record.reason)] += 1
+            return None
+        if type(record) is Ignored:
+            self.ignored[(topic, record.type)] += 1
+            return None
+        return record
 
     def counts(self) -> tuple[dict[str, int], dict[tuple[str, str], int], dict[tuple[str, str], int]]:
         """The counts as plain dicts (to send to another process)."""
@@ -236,12 +233,6 @@ def blocks(path: str, start: int, end: int | None) -> Iterator[bytes]:
                 yield block
     except OSError as exc:
         raise unreadable(path, exc) from None
-
-
-def shard_of(query_id: str, shards: int) -> int:
-    """The shard of a query (of ``shards``): murmur2 of its id's UTF-8 bytes, as the native
-    core's ``shard_lines`` computes it."""
-    return (murmur2(query_id.encode()) & 0x7FFFFFFF) % shards
 
 
 def shard_of_line(line: bytes, shards: int) -> int:
