@@ -17,14 +17,19 @@ class Changes:
     its pack goes when the watermark passes the latest time in it, :mod:`streameval.packs`);
     :meth:`take` and :meth:`take_seen` hand them out for a checkpoint and start again."""
 
-    __slots__ = ("keys", "add", "update", "seen", "add_seen")
+    __slots__ = ("keys", "add", "seen", "add_seen")
 
     def __init__(self) -> None:
-        self.keys: set[StateKey] = set()
-        self.add: Callable[[StateKey], None] = self.keys.add
-        self.update: Callable[[Iterable[StateKey]], None] = self.keys.update
+        #: a dict for its order: a checkpoint reads the changed state in the order it first
+        #: changed, about the order it was made in and so its order in memory (in a set's order,
+        #: its hash's, the first checkpoint of a backlog took ~1.5x as long to encode its queries)
+        self.keys: dict[StateKey, None] = {}
+        self.add: Callable[[StateKey], object] = self.keys.setdefault
         self.seen: list[tuple[Any, float]] = []
         self.add_seen: Callable[[tuple[Any, float]], None] = self.seen.append
+
+    def update(self, keys: Iterable[StateKey]) -> None:
+        self.keys.update(dict.fromkeys(keys))
 
     def __len__(self) -> int:
         return len(self.keys) + len(self.seen)
@@ -52,5 +57,7 @@ class Unrecorded(Changes):
     def __init__(self) -> None:
         super().__init__()
         self.add = _ignore
-        self.update = _ignore
         self.add_seen = _ignore
+
+    def update(self, keys: Iterable[StateKey]) -> None:
+        return None

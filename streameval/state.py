@@ -85,7 +85,7 @@ def checkpoint_entries(pipeline: Pipeline) -> list[Entry]:
     changes = pipeline.changes
     keys = changes.take()
     if pipeline.minutes is not None and pipeline.minutes.open:  # the minute(s) at the frontier
-        keys = list(set(keys).union(("m", m) for m in pipeline.minutes.open))
+        keys = list(dict.fromkeys([*keys, *(("m", m) for m in pipeline.minutes.open)]))
     watermark = pipeline.watermark.value
     remembered = [entry for entry in changes.take_seen() if entry[1] >= watermark]  # else forgotten
     out = pipeline.packs.write(

@@ -130,6 +130,27 @@ def test_checkpoint_writes_only_what_changed() -> None:
     assert state.checkpoint_entries(p) == [entries[-1]]  # nothing changed: only the totals
 
 
+def test_a_checkpoint_reads_the_queries_in_the_order_they_first_changed() -> None:
+    """About the order they were made in, and so in memory: the query packs hold the queries
+    in the order of their impressions, a query changed again keeping its place."""
+    p = Pipeline(SETTINGS)
+    p.record_changes()
+    for q in ("c", "a", "b", "a"):
+        ingest(p, orjson.dumps({"query_id": q, "ts": T0, "items": ["i1", "i2"]}), "impressions", True)
+    ingest(p, orjson.dumps({"query_id": "c", "item": "i1", "type": "click", "ts": T0 + 1}), "clicks", False)
+    p.changes.update([("q", "d"), ("q", "b")])
+    assert [key for key in p.changes.take() if key[0] == "q"] == [
+        ("q", "c"),
+        ("q", "a"),
+        ("q", "b"),
+        ("q", "d"),
+    ]
+    ingest(p, orjson.dumps({"query_id": "e", "ts": T0, "items": ["i1"]}), "impressions", True)
+    ingest(p, orjson.dumps({"query_id": "f", "ts": T0, "items": ["i1"]}), "impressions", True)
+    (_, raw), *_ = state.checkpoint_entries(p)
+    assert [entry[0] for entry in orjson.loads(raw)["q"]] == ["e", "f"]
+
+
 def test_deleted_keys_are_written_as_nulls_and_state_stays_bounded() -> None:
     records = raw_records(3)
     p = Pipeline(SETTINGS)
