@@ -2,7 +2,8 @@
 
 ``streameval_native`` is a compiled extension (Rust, built from ``native/`` of the source tree)
 with the per-record work that is a pure function of a record's bytes: the decoders' fast paths
-and Kafka's murmur2 (and the join's deadlines: :func:`streameval.deadlines.deadlines`). It
+and Kafka's murmur2 (and the join's deadlines: :func:`streameval.deadlines.deadlines`; and the
+JSON of a checkpoint's query entries: :func:`pack_entries`). It
 returns what the Python code returns, or None where it leaves a record to it, and never decides
 a rejection; the pure-Python core stays the reference (``tests/test_native.py`` and
 ``tests/test_deadlines.py`` hold the two equal). Without the extension, everything runs as
@@ -22,7 +23,7 @@ from streameval.records import (
     decode_event_fields,
     decode_impression_fields,
 )
-from streameval.scoring.query import OLD_SEP, SEP, compact
+from streameval.scoring.query import NO_GRADES, OLD_SEP, SEP, compact
 
 try:
     import streameval_native as core
@@ -165,3 +166,19 @@ def placement(partitions: int) -> Any:
 def describe() -> str:
     """``native core <version>``, or ``no native core``, for ``streameval --version``."""
     return "no native core" if VERSION is None else f"native core {VERSION}"
+
+
+def pack_entries(
+    changed: list[tuple[Any, ...]], open_queries: Mapping[str, Any], tombstones: Mapping[str, float]
+) -> tuple[dict[str, list[Any]], dict[str, list[Any]]] | None:
+    """:data:`streameval.packs.Entries` of the changed ``("q", query_id)`` keys through the native
+    core, each entry as its JSON text: what orjson writes of the entry ``streameval.state`` builds.
+    None without the core, or where it leaves the entries to Python (a value of a type it does not
+    write)."""
+    if core is None:
+        return None
+    got = core.pack_entries(changed, open_queries, tombstones, NO_GRADES)
+    if got is None:
+        return None
+    q_keys, q_entries, t_keys, t_entries = got
+    return {"q": q_keys, "t": t_keys}, {"q": q_entries, "t": t_entries}

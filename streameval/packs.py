@@ -29,6 +29,7 @@ The orphans (``o:<query_id>``), windows, minutes, detectors and totals keep thei
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -45,6 +46,23 @@ PREFIX = b"p:"
 
 Entry = tuple[bytes, bytes | None]
 StateKey = tuple[Any, ...]
+#: the query entries of the changed keys: the keys still held of each kind and their entries
+Entries = Callable[[list[StateKey]], tuple[dict[str, list[StateKey]], dict[str, list[Any]]]]
+
+
+def by_kind(
+    changed: list[StateKey], entry: Callable[[StateKey], tuple[str, Any] | None]
+) -> tuple[dict[str, list[StateKey]], dict[str, list[Any]]]:
+    """:data:`Entries` from ``entry(key)``: a key's kind, ``"q"`` or ``"t"``, and its JSON-ready
+    entry, or None when its query is no longer held."""
+    keys: dict[str, list[StateKey]] = {"q": [], "t": []}
+    values: dict[str, list[Any]] = {"q": [], "t": []}
+    for key in changed:
+        held = entry(key)
+        if held is not None:
+            keys[held[0]].append(key)
+            values[held[0]].append(held[1])
+    return keys, values
 
 
 class Packs:
@@ -85,18 +103,18 @@ class Packs:
     def write(
         self,
         changed: list[StateKey],
-        entry: Any,
+        entries: Entries,
         version: int,
         empty: list[int] | None = None,
         seen: list[Any] | None = None,
         watermark: float = -math.inf,
     ) -> list[Entry]:
         """The changelog records of a checkpoint: new packs of the changed queries still held
-        (``entry(key)``: its kind, ``"q"`` or ``"t"``, and its JSON-ready entry, or None when
-        the query is no longer held) and of the dedup keys remembered since the last checkpoint
-        (``seen``: their ``[key, until]`` entries); nulls for the packs left with nothing newest,
-        the dedup-key packs the watermark has passed and the records of an older layout. A pack
-        holds entries of one kind."""
+        (``entries(changed)``: the keys still held of each kind, ``"q"`` or ``"t"``, and their
+        entries, JSON-ready or each its JSON text; see :func:`by_kind`) and of the dedup keys
+        remembered since the last checkpoint (``seen``: their ``[key, until]`` entries); nulls
+        for the packs left with nothing newest, the dedup-key packs the watermark has passed and
+        the records of an older layout. A pack holds entries of one kind."""
         out: list[Entry] = [(name, None) for name in self.legacy]
         self.legacy = []
         dropped = list(empty or ())
@@ -105,8 +123,6 @@ class Packs:
         for n in passed:
             del until[n]
         dropped += passed
-        keys: dict[str, list[StateKey]] = {"q": [], "t": []}
-        values: dict[str, list[Any]] = {"q": [], "t": [], "s": seen or []}
         for key in changed:
             old = where.pop(key, None)
             if old is not None:
@@ -116,10 +132,8 @@ class Packs:
                 else:
                     del live[old]
                     dropped.append(old)
-            held = entry(key)
-            if held is not None:
-                keys[held[0]].append(key)
-                values[held[0]].append(held[1])
+        keys, values = entries(changed) if changed else ({}, {})
+        values["s"] = seen or []
         for kind, table in values.items():
             start = 0
             while start < len(table):
@@ -149,7 +163,10 @@ class Packs:
     ) -> list[Entry]:
         """One pack of ``values`` (``keys[start:]`` their queries; None for dedup keys), or
         more when it is too large."""
-        raw = orjson.dumps({"v": version, kind: values})
+        if type(values[0]) is bytes:  # the entries' JSON texts (the native core's)
+            raw = b'{"v":%d,"%s":[%s]}' % (version, kind.encode(), b",".join(values))
+        else:
+            raw = orjson.dumps({"v": version, kind: values})
         self.sizes[kind] = len(raw) / len(values)
         if len(raw) > PACK_BYTES and len(values) > 1:
             half = len(values) // 2

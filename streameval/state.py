@@ -47,11 +47,12 @@ from typing import Any
 
 import orjson
 
+from streameval import native
 from streameval.config import Settings
 from streameval.errors import StateError
 from streameval.join import OpenQuery
 from streameval.minutes import Combiner
-from streameval.packs import Packs, number
+from streameval.packs import Entries, Packs, by_kind, number
 from streameval.pipeline import Counters, GroupCap, Pipeline
 from streameval.records import Engagement
 from streameval.scoring import QueryScore, Sums
@@ -90,7 +91,7 @@ def checkpoint_entries(pipeline: Pipeline) -> list[Entry]:
     remembered = [entry for entry in changes.take_seen() if entry[1] >= watermark]  # else forgotten
     out = pipeline.packs.write(
         [key for key in keys if key[0] == "q"],
-        _packed_entry(pipeline),
+        _packed_entries(pipeline),
         FORMAT_VERSION,
         pipeline.packs.empty(),
         remembered,
@@ -114,7 +115,7 @@ def all_entries(pipeline: Pipeline) -> list[Entry]:
     keys += [("m", m) for m in (pipeline.minutes.open if pipeline.minutes else ())]
     pipeline.packs = Packs(pipeline.packs.next)
     seen = list(joiner.seen.items())
-    out = pipeline.packs.write(packed, _packed_entry(pipeline), FORMAT_VERSION, seen=seen)
+    out = pipeline.packs.write(packed, _packed_entries(pipeline), FORMAT_VERSION, seen=seen)
     out += [_entry(pipeline, key) for key in keys]
     if pipeline.combiner is not None:
         out.append((DETECTORS_KEY, _dumps(pipeline.combiner.to_dict())))
@@ -138,8 +139,9 @@ def _groups(table: dict[tuple[str, ...], Sums]) -> list[list[Any]]:
     return [[list(group), sums.to_dict()] for group, sums in table.items()]
 
 
-def _packed_entry(pipeline: Pipeline) -> Callable[[tuple[Any, ...]], tuple[str, Any] | None]:
-    """A query's entry in a pack, None when it is no longer held."""
+def _packed_entries(pipeline: Pipeline) -> Entries:
+    """A checkpoint's query entries (:data:`~streameval.packs.Entries`): each as its JSON text
+    through the native core where it is installed, else JSON-ready for orjson."""
     joiner = pipeline.joiner
     open_queries, tombstones = joiner.open, joiner.tombstones
 
@@ -151,7 +153,10 @@ def _packed_entry(pipeline: Pipeline) -> Callable[[tuple[Any, ...]], tuple[str, 
         settled = tombstones.get(query_id)
         return None if settled is None else ("t", (query_id, settled))
 
-    return entry
+    def entries(changed: list[tuple[Any, ...]]) -> tuple[dict[str, list[Any]], dict[str, list[Any]]]:
+        return native.pack_entries(changed, open_queries, tombstones) or by_kind(changed, entry)
+
+    return entries
 
 
 def _entry(pipeline: Pipeline, key: tuple[Any, ...]) -> Entry:

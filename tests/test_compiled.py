@@ -20,13 +20,14 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
 #: the tests of the compiled modules' work (decoding, join, scoring, sums, state, deadlines,
-#: aligner, view, replay), run against the compiled install
+#: aligner, view, replay; the native core's checkpoint entries), run against the compiled install
 CORE_TESTS = [
     "test_records.py",
     "test_join.py",
     "test_scoring.py",
     "test_crosscheck.py",
     "test_state.py",
+    "test_native_packs.py",
     "test_deadlines.py",
     "test_align.py",
     "test_exporter.py",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 
@@ -205,7 +206,8 @@ def test_packs_stay_under_their_size_and_hold_each_entry_once() -> None:
         sizes = {key: rng.choice([40, 300, 300, 320, 3000]) for key in changed}
         sizes[changed[len(changed) // 2]] = big if round_ == 2 else 300
         entries = {key: ("q", [key[1], "x" * size]) for key, size in sizes.items()}
-        out = packs.write(changed, entries.__getitem__, version=4)
+        by_kind = functools.partial(packs_module.by_kind, entry=entries.__getitem__)
+        out = packs.write(changed, by_kind, version=4)
         written: list[tuple[int, str]] = []
         for name, raw in out:
             if raw is None:

@@ -1,5 +1,5 @@
 //! streameval's optional native core: the per-record work that is a pure function of a
-//! record's bytes, and the join's deadlines, in compiled code.
+//! record's bytes, the join's deadlines and the JSON of a checkpoint's queries, in compiled code.
 //!
 //! The pure-Python core stays the reference. Each function here returns exactly what its
 //! Python counterpart returns, or None where it leaves the record to the Python code (anything
@@ -28,9 +28,12 @@
 //!   `DefaultRecordBatch` reads them, and `consumer_records(...)` as the `ConsumerRecord`s its
 //!   fetcher makes of them (`batches.rs`), for `streameval.kafka.batches`.
 //! - `Deadlines()`: `streameval.deadlines.Deadlines` (`deadlines.rs`), the join's pending items.
+//! - `pack_entries(keys, open, tombstones, no_grades)`: the query entries of a checkpoint's packs
+//!   as JSON (`packs.rs`), for `streameval.state`.
 
 mod batches;
 mod deadlines;
+mod packs;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -782,6 +785,7 @@ fn streameval_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(batches::batch_records, m)?)?;
     m.add_function(wrap_pyfunction!(batches::consumer_records, m)?)?;
     m.add_class::<deadlines::Deadlines>()?;
+    m.add_function(wrap_pyfunction!(packs::pack_entries, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("SEP", SEP.to_string())?;
     Ok(())

@@ -62,7 +62,7 @@ class QueryScore:
     ) -> None:
         # a string is a list compact() made already (the daemon decodes impressions so)
         self.items: str | Sequence[str | None] = items if type(items) is str else compact(items)
-        self.grade: dict[str, float] = _NO_GRADES  # replaced by the first event
+        self.grade: dict[str, float] = NO_GRADES  # replaced by the first event
         self.hits: Sequence[int] = ()
         self.ideal: Sequence[float] = ()
         self.ap_num: Sequence[float] = ap_zero
@@ -95,7 +95,7 @@ class QueryScore:
     def to_row(self) -> list[Any]:
         """The state as a list: the shown list as held (one string, or a list), and the rest
         unless no event has changed it yet (the changelog's packs)."""
-        if self.grade is _NO_GRADES:
+        if self.grade is NO_GRADES:
             return [self.items]
         return [self.items, self.grade, self.hits, self.ideal, self.ap_num, self.dcg]
 
@@ -115,7 +115,7 @@ class QueryScore:
         else:
             state.items = compact(items)
         if len(row) > 1:
-            state.grade = row[1] or _NO_GRADES
+            state.grade = row[1] or NO_GRADES
             state.hits, state.ideal, state.ap_num, state.dcg = row[2], row[3], row[4], row[5]
         return state
 
@@ -130,7 +130,7 @@ class QueryScore:
                 ranked[rank - 1] = item  # later copies of an item stay None: they never rank
             items = ranked
         state = cls(items, data["ap_num"], data["dcg"])
-        state.grade = data["grade"] or _NO_GRADES
+        state.grade = data["grade"] or NO_GRADES
         state.hits, state.ideal = data["hits"], data["ideal"]
         return state
 
@@ -162,7 +162,7 @@ def compact(items: Sequence[str | None]) -> str | Sequence[str | None]:
     return SEP + joined + SEP
 
 
-_NO_GRADES: dict[str, float] = {}  # shared and never written: add_grade replaces it first
+NO_GRADES: dict[str, float] = {}  # shared and never written: add_grade replaces it first
 _ONCE_TABLE_SIZE = 65536  # signatures remembered by Scorer.values_once
 #: what a query's values depend on: (rank, grade) of each shown relevant item, and the grades of
 #: the relevant items not shown (when they count)
@@ -214,7 +214,7 @@ class Scorer:
         old = grades.get(item)
         if old is not None and grade <= old:
             return False
-        if grades is _NO_GRADES:
+        if grades is NO_GRADES:
             grades = state.grade = {}
         grades[item] = grade
         if grade < p.min_grade:
