@@ -3,9 +3,9 @@
 ``streameval_native`` is a compiled extension (Rust, built from ``native/`` of the source tree)
 with the per-record work that is a pure function of a record's bytes: the decoders' fast paths
 and Kafka's murmur2 (and the join's deadlines: :func:`streameval.deadlines.deadlines`; and the
-JSON of a checkpoint's query entries: :func:`pack_entries`). It
-returns what the Python code returns, or None where it leaves a record to it, and never decides
-a rejection; the pure-Python core stays the reference (``tests/test_native.py`` and
+JSON of a checkpoint's query entries: :func:`pack_entries`). It returns what the Python code
+returns, or None where it leaves a record to it, and never decides a rejection; the pure-Python
+core stays the reference (``tests/test_native.py``, ``tests/test_native_packs.py`` and
 ``tests/test_deadlines.py`` hold the two equal). Without the extension, everything runs as
 before.
 """
