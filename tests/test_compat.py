@@ -175,3 +175,28 @@ def test_a_timed_out_wait_no_longer_keeps_its_callers_locals_in_a_cycle(consumer
         assert poll_like()() is None
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("kind", ["TRANSACTION", "GROUP"])
+def test_a_coordinator_asked_for_ahead_is_the_first_transactional_request(kind: str) -> None:
+    """``checkpoint._find_coordinator``: the producer's transaction manager queues a
+    FindCoordinator request for the key, sent before any request that needs the coordinator
+    (whose sender otherwise looks it up only then, and backs off before sending it again)."""
+    from kafka import KafkaProducer
+    from kafka.producer.sender import Sender
+    from kafka.producer.transaction_manager import FindCoordinatorHandler
+
+    from streameval.kafka.checkpoint import _find_coordinator
+
+    producer = KafkaProducer(bootstrap_servers="127.0.0.1:1", api_version=(2, 5, 0), transactional_id="tid")
+    try:
+        _find_coordinator(producer, kind, "key")
+        ((_, _, handler),) = producer._transaction_manager._pending_requests
+        assert isinstance(handler, FindCoordinatorHandler)
+        assert handler.request.key == "key"
+        assert handler.request.key_type == (1 if kind == "TRANSACTION" else 0)
+    finally:
+        producer.close(timeout=0)
+    source = _source(Sender._maybe_send_pending_request)
+    assert "self._transaction_manager.lookup_coordinator_for_request(next_request_handler)" in source
+    assert "retry_backoff_ms" in source
