@@ -200,3 +200,21 @@ def test_a_coordinator_asked_for_ahead_is_the_first_transactional_request(kind: 
     source = _source(Sender._maybe_send_pending_request)
     assert "self._transaction_manager.lookup_coordinator_for_request(next_request_handler)" in source
     assert "retry_backoff_ms" in source
+
+
+def test_a_lookup_that_failed_before_init_transactions_raises_its_own_error() -> None:
+    """Where the transaction coordinator's lookup, asked for ahead, fails first (fatally: a
+    transactional id the broker does not authorise), ``init_transactions`` refuses the state
+    change it left behind; ``Transactions.connect`` raises the lookup's error instead."""
+    from kafka import KafkaProducer
+    from kafka.errors import TransactionalIdAuthorizationFailedError
+    from kafka.producer.transaction_manager import TransactionState
+
+    from streameval.kafka.checkpoint import Transactions
+
+    producer = KafkaProducer(bootstrap_servers="127.0.0.1:1", api_version=(2, 5, 0), transactional_id="tid")
+    producer._transaction_manager._transition_to(
+        TransactionState.FATAL_ERROR, error=TransactionalIdAuthorizationFailedError("tid")
+    )
+    with pytest.raises(TransactionalIdAuthorizationFailedError):
+        Transactions(lambda: producer).connect()

@@ -74,7 +74,15 @@ class Transactions:
         producer = self.factory()
         try:
             _find_coordinator(producer, "TRANSACTION", producer.config.get("transactional_id"))
-            producer.init_transactions()
+            try:
+                producer.init_transactions()
+            except KafkaError:
+                # the lookup asked for ahead may have failed first (a transactional id the broker
+                # does not authorise): its error, not the refused state change it left behind
+                cause = getattr(getattr(producer, "_transaction_manager", None), "_last_error", None)
+                if isinstance(cause, KafkaError):
+                    raise cause from None
+                raise
         except BaseException:
             _close(producer, timeout=0)
             raise
