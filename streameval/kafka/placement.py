@@ -45,6 +45,11 @@ def murmur2(data: bytes) -> int:
     return h ^ (h >> 15)
 
 
+def partition_of_key(key: bytes, partitions: int) -> int:
+    """``Utils.toPositive(Utils.murmur2(key)) % numPartitions``, as the Java client computes it."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
 class Placement:
     """The partition murmur2 gives each query id, for a topic of ``partitions`` partitions."""
 
@@ -60,7 +65,6 @@ class Placement:
         if partition is None:
             if len(self._cache) >= CACHE_SIZE:
                 self._cache.clear()
-            # Utils.toPositive(Utils.murmur2(key)) % numPartitions, as the Java client computes it
-            partition = (murmur2(query_id.encode()) & 0x7FFFFFFF) % self.partitions
+            partition = partition_of_key(query_id.encode(), self.partitions)
             self._cache[query_id] = partition
         return partition

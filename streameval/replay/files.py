@@ -14,7 +14,7 @@ from streameval import native
 from streameval.config import Settings
 from streameval.decoding import Decoder
 from streameval.errors import InputError
-from streameval.kafka.placement import Placement, murmur2
+from streameval.kafka.placement import Placement, partition_of_key
 from streameval.records import Ignored, ImpressionFields, Rejection
 from streameval.replay.progress import Progress
 
@@ -173,7 +173,7 @@ class Decoding:
                 record = decode(line)
                 if i in shared:  # every shard decoded it: one keeps it, or counts it
                     good = type(record) is not Rejection and type(record) is not Ignored
-                    owner = placement.partition_of(record[0]) if good else shard_of_line(line, shards)
+                    owner = placement.partition_of(record[0]) if good else partition_of_key(line, shards)
                     if owner != shard:
                         records[i] = None
                         continue
@@ -233,11 +233,6 @@ def blocks(path: str, start: int, end: int | None) -> Iterator[bytes]:
                 yield block
     except OSError as exc:
         raise unreadable(path, exc) from None
-
-
-def shard_of_line(line: bytes, shards: int) -> int:
-    """The shard that counts a bad line every shard reads: murmur2 of its bytes."""
-    return (murmur2(line) & 0x7FFFFFFF) % shards
 
 
 def check_inputs(paths: Iterable[str]) -> None:
