@@ -8,6 +8,7 @@ Skipped where the extension is not installed, except under ``NATIVE_CORE_REQUIRE
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 
@@ -58,14 +59,21 @@ _queries = st.dictionaries(
 )
 
 
-def _python(changed, open_queries, tombstones) -> tuple[dict, dict]:
-    core, native.core = native.core, None
+@contextlib.contextmanager
+def _core(core):
+    """``native.core`` set to ``core`` (None: the pure-Python path) inside the block."""
+    saved, native.core = native.core, core
     try:
+        yield
+    finally:
+        native.core = saved
+
+
+def _python(changed, open_queries, tombstones) -> tuple[dict, dict]:
+    with _core(None):
         pipeline = Pipeline(SETTINGS)
         pipeline.joiner.open, pipeline.joiner.tombstones = open_queries, tombstones
         return state._packed_entries(pipeline)(changed)
-    finally:
-        native.core = core
 
 
 # settling times are floats, as the join makes them (the compiled install holds them as floats)
@@ -109,16 +117,14 @@ def test_a_value_the_core_does_not_write_is_left_to_python(odd) -> None:
     assert native.pack_entries([("q", "q")], open_queries, {}) is None
     outcomes = []
     for core in (native.core, None):
-        saved, native.core = native.core, core
-        try:
+        with _core(core):
             pipeline = Pipeline(SETTINGS)
             pipeline.joiner.open = open_queries
             entries = state._packed_entries(pipeline)
-            outcomes.append(packs.Packs().write([("q", "q")], entries, state.FORMAT_VERSION))
-        except TypeError as exc:  # orjson.JSONEncodeError
-            outcomes.append(type(exc))
-        finally:
-            native.core = saved
+            try:
+                outcomes.append(packs.Packs().write([("q", "q")], entries, state.FORMAT_VERSION))
+            except TypeError as exc:  # orjson.JSONEncodeError
+                outcomes.append(type(exc))
     assert outcomes[0] == outcomes[1]
 
 
@@ -130,15 +136,12 @@ def test_a_checkpoint_writes_the_same_bytes_with_and_without_the_core(seed) -> N
     cut = random.Random(seed).randrange(len(records))
     written = []
     for core in (native.core, None):
-        saved, native.core = native.core, core
-        try:
+        with _core(core):
             pipeline = Pipeline(SETTINGS)
             pipeline.record_changes()
             feed(pipeline, records[:cut])
             first = state.checkpoint_entries(pipeline)
             feed(pipeline, records[cut:])
             written.append((first, state.checkpoint_entries(pipeline), state.all_entries(pipeline)))
-        finally:
-            native.core = saved
     assert written[0] == written[1]
     assert any(key.startswith(b"p:") and value for key, value in written[0][2])
