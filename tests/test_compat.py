@@ -189,9 +189,13 @@ def test_a_coordinator_asked_for_ahead_is_the_first_transactional_request(kind: 
     from streameval.kafka.checkpoint import _find_coordinator
 
     producer = KafkaProducer(bootstrap_servers="127.0.0.1:1", api_version=(2, 5, 0), transactional_id="tid")
+    manager = producer._transaction_manager
+    queued: list[object] = []  # what is queued, read here: the sender thread may take it at once
+    enqueue = manager._enqueue_request
+    manager._enqueue_request = lambda handler: (queued.append(handler), enqueue(handler))
     try:
         _find_coordinator(producer, kind, "key")
-        ((_, _, handler),) = producer._transaction_manager._pending_requests
+        (handler,) = queued
         assert isinstance(handler, FindCoordinatorHandler)
         assert handler.request.key == "key"
         assert handler.request.key_type == (1 if kind == "TRANSACTION" else 0)
