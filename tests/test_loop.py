@@ -311,6 +311,45 @@ def test_the_merge_waits_for_a_topic_with_records_on_the_broker_however_long_its
     assert loop.publish(force=True).snapshot.counters.attributed == 20
 
 
+def test_the_view_is_rebuilt_at_once_after_a_round_that_leaves_nothing_to_do() -> None:
+    """While records are processed and more wait, the view is rebuilt every PUBLISH_INTERVAL_S;
+    a round that processes nothing, or after which every partition has processed all there is,
+    rebuilds it at once, unless it was built within IDLE_PUBLISH_GAP_S. (The wall clock moves
+    0.2 s a round here: only those rounds can rebuild it.)"""
+    cluster = Cluster(TOPICS)
+    write_queries(cluster, 20)
+    now = [T0 + 3600]
+    consumer = FakeConsumer(cluster)
+    loop = ConsumerLoop(
+        settings(), consumer, FakeTransactions(cluster), FakeRestorer(cluster), wall_clock=lambda: now[0]
+    )
+    loop.subscribe()
+    consumer.stalled = {TopicPartition("clicks", 0)}  # partition 0's merge waits for its clicks
+
+    def round_() -> int:
+        now[0] += 0.2
+        return loop.run_once()
+
+    def consumed() -> int:
+        assert loop.view is not None
+        return sum(loop.view.snapshot.counters.consumed.values())
+
+    assign(loop, consumer, 0, 1)
+    assert consumed() == 0
+    first = round_()  # partition 1 processes everything, partition 0 waits
+    assert first > 0 and len(loop.partitions[0].aligner) > 0
+    assert consumed() == 0  # more to do: not rebuilt
+    assert round_() == 0
+    assert consumed() == first  # nothing processed: rebuilt
+    consumer.stalled = set()
+    assert round_() == 40 - first
+    assert consumed() == 40  # nothing left to do: rebuilt in the same round
+    write_queries(cluster, 1, ts=T0 + 100)
+    now[0] -= 0.15  # the next round comes 0.05 s after the last build
+    assert round_() == 2 and consumed() == 40  # too soon after the last
+    assert round_() == 0 and consumed() == 42
+
+
 def test_end_offsets_are_asked_less_often_while_the_broker_does_not_answer() -> None:
     now = [0.0]
     consumer = FakeConsumer(Cluster(TOPICS))

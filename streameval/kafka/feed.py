@@ -62,6 +62,9 @@ class Feed:
         self.position = position
         #: whether every record of the repartitioned topics has been committed into theirs
         self.sources = sources
+        #: the last feed left nothing to do: every active partition processed all it fetched
+        #: and each of its inputs is caught up (the loop then publishes its view at once)
+        self.idle = False
 
     def feed(self, batches: dict[TopicPartition, list[Any]], partitions: dict[int, PartitionState]) -> int:
         """A poll's records into the stage and the aligners, then everything they let go through
@@ -78,6 +81,7 @@ class Feed:
             ps.fetched[tp.topic] = messages[-1].offset + 1
         if stage is not None:
             stage.drain()
+        self.idle = True  # until a partition is left with something to do (_drain)
         return sum(self._drain(p, ps) for p, ps in partitions.items() if ps.active)
 
     def _decode(self, pipeline: Pipeline, topic: str, messages: list[Any]) -> list[Entry]:
@@ -122,6 +126,8 @@ class Feed:
             self.latency.observe_all([now - timestamp / 1000.0 for timestamp in stamps])
         if not len(ps.aligner) and all(caught_up(t) for t in self.topics):
             pipeline.tick()
+        else:
+            self.idle = False
         return processed
 
     def _caught_up(self, partition: int, ps: PartitionState) -> Callable[[str], bool]:

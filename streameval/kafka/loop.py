@@ -2,11 +2,9 @@
 
 One instance's share of the consumer group, by partition number: each owned partition is a
 :class:`~streameval.kafka.partitions.PartitionState` that goes through named phases (awaiting
-offsets, restoring, active, giving up; that module says what each means). The parts beside it:
-:class:`~streameval.kafka.ends.EndOffsets` (how far each input goes, and the lag),
-:class:`~streameval.kafka.flow.FlowControl` (pausing inputs),
-:class:`~streameval.kafka.loglines.LoopLog`. The loop's clients are those of the interface in
-:mod:`~streameval.kafka.client` (kafka-python's, with its workarounds, behind it).
+offsets, restoring, active, giving up; that module says what each means). Beside it: ``ends``
+(how far each input goes, the lag), ``flow`` (pausing inputs), ``loglines``. The clients are
+those of the interface in :mod:`~streameval.kafka.client`.
 
 The group's side has a named state too: :class:`Membership` (joining, member, closing), and
 :class:`Rebalanced`, what the last poll's rebalance left to do (nothing, follow the new
@@ -26,6 +24,7 @@ is redone once).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -57,6 +56,7 @@ __all__ = ["PAUSE_ABOVE", "RESUME_BELOW", "ConsumerLoop", "Membership", "Rebalan
 log = logging.getLogger(__name__)
 
 PUBLISH_INTERVAL_S = 0.5
+IDLE_PUBLISH_GAP_S = 0.1  # after a round that leaves nothing to do: sooner, but no more often
 POLL_TIMEOUT_MS = 200
 ALIGN_MAX_WAIT_S = 5.0  # longest wait for a topic that is behind before the others go on
 #: transaction.abort.timed.out.transaction.cleanup.interval.ms, Kafka's default
@@ -145,8 +145,8 @@ class ConsumerLoop:
         #: the cluster's topics (None: not asked, as in the unit tests)
         self.cluster = topics
         self.view: View | None = None
-        self._next_checkpoint = 0.0
-        self._next_publish = 0.0
+        self._next_checkpoint, self._published = 0.0, -math.inf
+        self._stale = False  # records processed since the view was built
 
     def subscribe(self) -> None:
         self.consumer.subscribe([*self.topics, *self.settings.repartition], listener=Rebalance(self))
@@ -305,7 +305,7 @@ class ConsumerLoop:
             # while the group rebalances a checkpoint would likely be refused (its generation is
             # about to end) and cost a rewind: the periodic one waits until it is over
             self.checkpoint()
-        self.loglines.status(self.publish(), processed)
+        self.loglines.status(self.publish(processed=processed), processed)
         return processed
 
     def _poll(self) -> dict[TopicPartition, list[Any]]:
@@ -342,12 +342,16 @@ class ConsumerLoop:
             self.wall_clock(), time.monotonic() - started, entries, self.transactions.bytes_sent - before
         )
 
-    def publish(self, force: bool = False) -> View:
-        """Build the merged view the exporter reads (at most every PUBLISH_INTERVAL_S)."""
-        now = self.wall_clock()
-        if self.view is not None and not force and now < self._next_publish:
+    def publish(self, force: bool = False, processed: int = -1) -> View:
+        """Build the merged view the exporter reads: every PUBLISH_INTERVAL_S while a round's
+        ``processed`` records leave more to do; after one that leaves nothing, at once (but not
+        within IDLE_PUBLISH_GAP_S of the last)."""
+        now, published = self.wall_clock(), self._published
+        self._stale = self._stale or processed > 0
+        idle = self._stale and (processed == 0 or self.feed.idle) and now >= published + IDLE_PUBLISH_GAP_S
+        if self.view is not None and not (force or idle) and now < published + PUBLISH_INTERVAL_S:
             return self.view
-        self._next_publish = now + PUBLISH_INTERVAL_S
+        self._published, self._stale = now, False
         snapshots = {
             p: ps.pipeline.snapshot() for p, ps in self.partitions.items() if ps.pipeline is not None
         }
@@ -378,8 +382,7 @@ class ConsumerLoop:
         self.transactions.timeout = max(1.0, self.settings.shutdown_timeout * 0.6)
         try:
             if self.rebalanced is Rebalanced.LOST or self.consumer.rejoining():
-                # lost, or the generation is about to end: it would be refused; the next owner
-                # resumes from the last checkpoint
+                # lost, or its generation about to end: refused; the next owner resumes
                 log.info("final checkpoint skipped: the group is rebalancing")
             else:
                 self.checkpoint()
