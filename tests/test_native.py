@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import struct
 
 import orjson
@@ -24,11 +23,9 @@ from streameval.kafka import batches
 from streameval.kafka.placement import murmur2
 from streameval.records import decode_event_fields, decode_impression_fields
 from streameval.scoring.query import compact
+from tests import native_core
 
-if native.core is None:
-    if os.environ.get("NATIVE_CORE_REQUIRED") == "1":
-        pytest.fail("NATIVE_CORE_REQUIRED=1 but streameval_native is not installed", pytrace=False)
-    pytest.skip("the native core (pip install ./native) is not installed", allow_module_level=True)
+native_core.require()
 
 GRADES = {"click": 1.0, "purchase": 2.0}
 GROUP_BY = ("model", "surface")

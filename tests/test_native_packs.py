@@ -8,8 +8,6 @@ Skipped where the extension is not installed, except under ``NATIVE_CORE_REQUIRE
 
 from __future__ import annotations
 
-import contextlib
-import os
 import random
 
 import orjson
@@ -22,12 +20,10 @@ from streameval import native, packs, state
 from streameval.join import OpenQuery
 from streameval.pipeline import Pipeline
 from streameval.scoring.query import NO_GRADES, SEP, QueryScore
+from tests import native_core
 from tests.test_state import SETTINGS, feed, raw_records
 
-if native.core is None:
-    if os.environ.get("NATIVE_CORE_REQUIRED") == "1":
-        pytest.fail("NATIVE_CORE_REQUIRED=1 but streameval_native is not installed", pytrace=False)
-    pytest.skip("the native core (pip install ./native) is not installed", allow_module_level=True)
+native_core.require()
 
 # strings with what JSON escapes (quotes, backslashes, control characters), the separator of a
 # shown list, and text outside ASCII; no lone surrogates (orjson refuses them, as the core does)
@@ -59,18 +55,8 @@ _queries = st.dictionaries(
 )
 
 
-@contextlib.contextmanager
-def _core(core):
-    """``native.core`` set to ``core`` (None: the pure-Python path) inside the block."""
-    saved, native.core = native.core, core
-    try:
-        yield
-    finally:
-        native.core = saved
-
-
 def _python(changed, open_queries, tombstones) -> tuple[dict, dict]:
-    with _core(None):
+    with native_core.switched(None):
         pipeline = Pipeline(SETTINGS)
         pipeline.joiner.open, pipeline.joiner.tombstones = open_queries, tombstones
         return state._packed_entries(pipeline)(changed)
@@ -117,7 +103,7 @@ def test_a_value_the_core_does_not_write_is_left_to_python(odd) -> None:
     assert native.pack_entries([("q", "q")], open_queries, {}) is None
     outcomes = []
     for core in (native.core, None):
-        with _core(core):
+        with native_core.switched(core):
             pipeline = Pipeline(SETTINGS)
             pipeline.joiner.open = open_queries
             entries = state._packed_entries(pipeline)
@@ -136,7 +122,7 @@ def test_a_checkpoint_writes_the_same_bytes_with_and_without_the_core(seed) -> N
     cut = random.Random(seed).randrange(len(records))
     written = []
     for core in (native.core, None):
-        with _core(core):
+        with native_core.switched(core):
             pipeline = Pipeline(SETTINGS)
             pipeline.record_changes()
             feed(pipeline, records[:cut])
