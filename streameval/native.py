@@ -3,9 +3,10 @@
 ``streameval_native`` is a compiled extension (Rust, built from ``native/`` of the source tree)
 with the per-record work that is a pure function of a record's bytes: the decoders' fast paths
 and Kafka's murmur2 (and the join's deadlines: :func:`streameval.deadlines.deadlines`; and the
-JSON of a checkpoint's query entries: :func:`pack_entries`). It returns what the Python code
-returns, or None where it leaves a record to it, and never decides a rejection; the pure-Python
-core stays the reference (``tests/test_native.py``, ``tests/test_native_packs.py`` and
+JSON of a checkpoint's query entries: :func:`pack_entries`; and the signatures of ``replay``'s
+queries: :func:`score_rows`). It returns what the Python code returns, or None where it leaves a
+record to it, and never decides a rejection; the pure-Python core stays the reference
+(``tests/test_native.py``, ``tests/test_native_packs.py``, ``tests/test_native_score.py`` and
 ``tests/test_deadlines.py`` hold the two equal). Without the extension, everything runs as
 before.
 """
@@ -23,7 +24,7 @@ from streameval.records import (
     decode_event_fields,
     decode_impression_fields,
 )
-from streameval.scoring.query import NO_GRADES, OLD_SEP, SEP, compact
+from streameval.scoring.query import NO_GRADES, OLD_SEP, SEP, Scorer, compact
 
 try:
     import streameval_native as core
@@ -182,3 +183,21 @@ def pack_entries(
         return None
     q_keys, q_entries, t_keys, t_entries = got
     return {"q": q_keys, "t": t_keys}, {"q": q_entries, "t": t_entries}
+
+
+def score_rows(scorer: Scorer, entries: list[list[Any]], not_scored: tuple[int, None]) -> list[Any] | None:
+    """The row of each of ``replay``'s kept queries (``[ts, group, items, best]``) through the
+    native core: ``not_scored`` without a grade, else what ``scorer.values_once`` gives, the
+    values computed by :meth:`~streameval.scoring.query.Scorer.values_of_signature` once per
+    signature. None without the core."""
+    if core is None:
+        return None
+    params = scorer.params
+    return core.score_rows(
+        entries,
+        scorer.values_of_signature,
+        scorer.values_once,
+        params.min_grade,
+        params.unshown_items == "count",
+        not_scored,
+    )

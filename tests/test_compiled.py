@@ -28,6 +28,7 @@ CORE_TESTS = [
     "test_crosscheck.py",
     "test_state.py",
     "test_native_packs.py",
+    "test_native_score.py",
     "test_deadlines.py",
     "test_align.py",
     "test_exporter.py",

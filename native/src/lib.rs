@@ -30,10 +30,14 @@
 //! - `Deadlines()`: `streameval.deadlines.Deadlines` (`deadlines.rs`), the join's pending items.
 //! - `pack_entries(keys, open, tombstones, no_grades)`: the query entries of a checkpoint's packs
 //!   as JSON (`packs.rs`), for `streameval.state`.
+//! - `score_rows(entries, values_of, values_once, min_grade, unshown_count, not_scored)`: the row
+//!   of each query of `replay`'s batch, its values computed by Python once per signature
+//!   (`score.rs`), for `streameval.replay.batch`.
 
 mod batches;
 mod deadlines;
 mod packs;
+mod score;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -786,6 +790,7 @@ fn streameval_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(batches::consumer_records, m)?)?;
     m.add_class::<deadlines::Deadlines>()?;
     m.add_function(wrap_pyfunction!(packs::pack_entries, m)?)?;
+    m.add_function(wrap_pyfunction!(score::score_rows, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("SEP", SEP.to_string())?;
     Ok(())

@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
+from streameval import native
 from streameval.config import Settings
 from streameval.detect import MINUTE, Detectors
 from streameval.minutes import MinuteSums
@@ -158,14 +159,19 @@ def score(
     """Every query scored once, from its best grades (a query with none has no relevant item),
     and its values gathered per group, the groups in the order they first settle; with
     ``minutes``, per minute too, as the detectors count them."""
-    values_once = scorer.values_once
+    ordered = sorted(kept.values(), key=_entry_ts)
+    scored = native.score_rows(scorer, ordered, _NOT_SCORED)
+    if scored is None:
+        values_once = scorer.values_once
+        scored = [
+            _NOT_SCORED if best is None else values_once(items, best.items()) for *_, items, best in ordered
+        ]
     rows: dict[tuple[str, ...], tuple[float, list[tuple[int, tuple[float, ...] | None]]]] = {}
     per_minute: dict[tuple[str, ...], dict[int, list[float]]] = {}
-    for ts, labels, items, best in sorted(kept.values(), key=_entry_ts):
+    for (ts, labels, _, _), row in zip(ordered, scored, strict=True):
         group_rows = rows.get(labels)
         if group_rows is None:
             group_rows = rows[labels] = (ts, [])
-        row = _NOT_SCORED if best is None else values_once(items, best.items())
         group_rows[1].append(row)
         if minutes is not None:
             x = minutes.counted(row[1])

@@ -317,14 +317,16 @@ class Scorer:
         if known is None:
             if len(self._once) >= _ONCE_TABLE_SIZE:
                 self._once.clear()
-            known = self._once[signature] = self._values_of(hits, unshown)
+            known = self._once[signature] = self.values_of_signature(hits, unshown)
         return known
 
-    def _values_of(
+    def values_of_signature(
         self, hits: list[tuple[int, float]], unshown: list[float]
     ) -> tuple[int, tuple[float, ...]]:
-        """|G| and the values from scratch: the AP numerators and DCGs summed as the formulas of
-        ap.py and ndcg.py sum them, then read as :meth:`values` reads a query's state."""
+        """|G| and the values of a query's signature (the hits, ascending, and the unshown
+        relevant grades, ascending) from scratch: the AP numerators and DCGs summed as the
+        formulas of ap.py and ndcg.py sum them, then read as :meth:`values` reads a query's state
+        (also the native core's source of the values, ``streameval.native.score_rows``)."""
         ranks = [rank for rank, _grade in hits]  # ascending
         relevant = sorted([grade for _rank, grade in hits] + unshown)
         ap_num = []
