@@ -408,6 +408,17 @@ def figure_2_rows(two: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                     verdict(two["ratio_confluent"] >= 1.0),
                 )
             )
+        if "pipeline_alone_ratio" in two:
+            rows.append(
+                (
+                    f"2p. bare kafka-python consumer / the pipeline alone, the backlog's records fed "
+                    f"from memory ({two['pipeline_alone_s']:.1f} s: decoded, merged and processed as the "
+                    "daemon does, no Kafka, no checkpoints): the most 2 and 2k can read with this pipeline",
+                    f"{two['pipeline_alone_ratio']:.2f}",
+                    "reported",
+                    "",
+                )
+            )
         if "confluent_floor_ratio" in two:
             rows.append(
                 (

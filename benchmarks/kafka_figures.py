@@ -199,6 +199,15 @@ def bare_consumer(topics: Topics, n: int, log, client: str = "kafka-python") -> 
     return time.perf_counter() - start
 
 
+def pipeline_alone(topics: Topics, n: int, log) -> float:
+    """Row 2p: seconds the daemon's pipeline takes on the backlog fed from memory
+    (``pipeline_alone.py``)."""
+    cmd = [PY, str(ROOT / "benchmarks" / "pipeline_alone.py"), "--bootstrap-servers", topics.bootstrap]
+    cmd += ["--impressions-topic", topics.impressions, "--events-topic", topics.events, "--expect", str(n)]
+    done = subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.PIPE, stderr=log, timeout=600)
+    return float(done.stdout)
+
+
 def have(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
@@ -274,6 +283,8 @@ def figure_2(
                 quix_out.append(printed)
                 line += f", figure 7: the Quix Streams job {quix[-1]:.2f} s"
             say(line)
+        alone = pipeline_alone(topics, n, log)
+        say(f"figure 2: the pipeline alone, fed the backlog from memory, {alone:.2f} s")
         plain: list[float] = []
         # the longest interval a default broker's transactions allow (README, Guarantees): no
         # periodic checkpoint within the backlog's run
@@ -294,6 +305,8 @@ def figure_2(
             "run_without_checkpoints_s": min(plain),
             "ratio": min(floor) / min(run),
             "ratio_without_checkpoints": min(floor) / min(plain),
+            "pipeline_alone_s": alone,
+            "pipeline_alone_ratio": min(floor) / alone,
             "run_repartitioned_s": min(rekeyed),
             "ratio_repartitioned": min(floor) / min(rekeyed),
             "runs_s": {

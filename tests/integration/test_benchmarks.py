@@ -52,6 +52,7 @@ def test_benchmark_command_writes_all_seven_figures(bootstrap, tmp_path) -> None
     # every run of the daemon on the backlog (compiled or not, with checkpoints or not) counted
     # the same records and showed the same provisional metrics
     assert figures["2_daemon"]["same_metrics"] is True
+    assert figures["2_daemon"]["pipeline_alone_s"] > 0  # row 2p: the pipeline fed from memory
     assert figures["4_memory"]["bytes_per_open_query"] > 0
     if not optional:
         assert figures["5_batch_route"]["largest_difference"] < 1e-9  # ranx agrees with replay
@@ -59,6 +60,6 @@ def test_benchmark_command_writes_all_seven_figures(bootstrap, tmp_path) -> None
     if "7_peer" not in optional:  # the Quix Streams job printed its MAP (the same in every round)
         assert figures["7_peer"]["same_output"] is True
     table = (tmp_path / "results.md").read_text()
-    for row in ("| 1.", "| 1m.", "| 2.", "| 3a.", "| 4.", "| 5.", "| 6.", "| 7."):
+    for row in ("| 1.", "| 1m.", "| 2.", "| 2p.", "| 3a.", "| 4.", "| 5.", "| 6.", "| 7."):
         assert row in table
     assert ">= 0.35" in table and ">= 0.45" in table and "<= 2 KB" in table and ">= 2x" in table
