@@ -4,11 +4,11 @@
 with the per-record work that is a pure function of a record's bytes: the decoders' fast paths
 and Kafka's murmur2 (and the join's deadlines: :func:`streameval.deadlines.deadlines`; and the
 JSON of a checkpoint's query entries: :func:`pack_entries`; and the signatures of ``replay``'s
-queries: :func:`score_rows`). It returns what the Python code returns, or None where it leaves a
-record to it, and never decides a rejection; the pure-Python core stays the reference
-(``tests/test_native.py``, ``tests/test_native_packs.py``, ``tests/test_native_score.py`` and
-``tests/test_deadlines.py`` hold the two equal). Without the extension, everything runs as
-before.
+queries and the partial sums of their values: :func:`score_rows`, :func:`exact_partials`). It
+returns what the Python code returns, or None where it leaves a record to it, and never decides
+a rejection; the pure-Python core stays the reference (``tests/test_native.py``,
+``tests/test_native_packs.py``, ``tests/test_native_score.py`` and ``tests/test_deadlines.py``
+hold the two equal). Without the extension, everything runs as before.
 """
 
 from __future__ import annotations
@@ -201,3 +201,19 @@ def score_rows(scorer: Scorer, entries: list[list[Any]], not_scored: tuple[int, 
         params.unshown_items == "count",
         not_scored,
     )
+
+
+def exact_partials(columns: list[Any]) -> list[tuple[list[float], list[float]]] | None:
+    """Per column of values (one metric's, floats), floats whose exact sums are those of the
+    values and of their squares -- what ``math.fsum`` keeps of them -- through the native core.
+    None without the core, or where it leaves a column to Python (a value that is not a finite
+    float, a square or sum past the floats)."""
+    if core is None:
+        return None
+    out = []
+    for column in columns:
+        got = core.exact_partials(column)
+        if got is None:
+            return None
+        out.append(got)
+    return out

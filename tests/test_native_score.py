@@ -9,6 +9,8 @@ Skipped where the extension is not installed, except under ``NATIVE_CORE_REQUIRE
 
 from __future__ import annotations
 
+import array
+import math
 from typing import Any
 
 import pytest
@@ -19,7 +21,7 @@ from streameval import native
 from streameval.config import load_settings
 from streameval.pipeline import Pipeline
 from streameval.replay.batch import join_in_batch, score
-from streameval.scoring import Scorer, ScoringParams
+from streameval.scoring import Scorer, ScoringParams, Sums
 from streameval.scoring.query import SEP, compact
 from tests import native_core
 from tests.test_scoring import METRICS
@@ -128,6 +130,49 @@ def test_score_uses_the_core_where_it_is_installed() -> None:
             calls.append(len(args[0]))
             return real.score_rows(*args)
 
+        exact_partials = staticmethod(real.exact_partials)
+
     with native_core.switched(Spy()):
         groups = score(scorer, kept)
     assert calls == [1] and groups[("m",)].with_relevant == 1
+    assert groups[("m",)].partials is not None and groups[("m",)].columns == []
+
+
+# a metric's values: any finite float (a square or sum may leave the floats), and the corners
+_column = st.lists(
+    st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from([0.0, -0.0, 1.0, 0.1, 1 / 3, 1e308, -1e308, 5e-324, 1e-300, 1e154, 1e16, -1.0]),
+    max_size=40,
+)
+
+
+def _outcome(add: Any) -> Any:
+    """What adding gives: the sums and squares as their repr, or the error it raised."""
+    sums = Sums(1)
+    try:
+        add(sums)
+    except (OverflowError, ValueError) as exc:
+        return type(exc).__name__
+    return repr((sums.sums, sums.squares))
+
+
+@given(st.lists(_column, min_size=1, max_size=4))
+@example([[0.1] * 10, [0.2, 1e16, -1e16]])
+def test_partials_add_up_to_what_the_values_add_up_to(shards) -> None:
+    """A shard's values sent as the core's partials add up, with the other shards', to the same
+    correctly rounded sums (and sums of squares) as the values themselves."""
+    got = [native.core.exact_partials(column) for column in shards]
+    values = _outcome(lambda s: s.add_exact(0, 0, 0, [[array.array("d", c) for c in shards]]))
+    if any(partials is None for partials in got):  # left to Python: a square or sum past the floats
+        assert any(not math.isfinite(x * x) for c in shards for x in c) or not values.startswith("(")
+        return
+    assert _outcome(lambda s: s.add_exact(0, 0, 0, [[]], [got])) == values
+    mixed = _outcome(lambda s: s.add_exact(0, 0, 0, [[array.array("d", shards[0])]], [got[1:]]))
+    assert mixed == values  # one shard's values and the others' partials
+
+
+def test_a_value_that_is_not_a_float_is_left_to_python() -> None:
+    assert native.core.exact_partials((1.0, 2)) is None
+    assert native.core.exact_partials((1.0, float("inf"))) is None
+    assert native.core.exact_partials((1e200,)) is None  # its square is past the floats
+    assert native.core.exact_partials(()) == ([], [])

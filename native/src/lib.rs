@@ -31,8 +31,10 @@
 //! - `pack_entries(keys, open, tombstones, no_grades)`: the query entries of a checkpoint's packs
 //!   as JSON (`packs.rs`), for `streameval.state`.
 //! - `score_rows(entries, values_of, values_once, min_grade, unshown_count, not_scored)`: the row
-//!   of each query of `replay`'s batch, its values computed by Python once per signature
-//!   (`score.rs`), for `streameval.replay.batch`.
+//!   of each query of `replay`'s batch, its values computed by Python once per signature, and
+//!   `exact_partials(values)`, a column of values as the floats `math.fsum` keeps of it, so that a
+//!   process of `replay` sends those instead of its values (`score.rs`), for
+//!   `streameval.replay.batch`.
 
 mod batches;
 mod deadlines;
@@ -791,6 +793,7 @@ fn streameval_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<deadlines::Deadlines>()?;
     m.add_function(wrap_pyfunction!(packs::pack_entries, m)?)?;
     m.add_function(wrap_pyfunction!(score::score_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(score::exact_partials, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("SEP", SEP.to_string())?;
     Ok(())

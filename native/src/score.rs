@@ -5,7 +5,8 @@
 //! as `values_once` finds it, and takes the values from `values_of(hits, unshown)`, the Python
 //! code that computes them, once per signature: so the values are Python's, to the bit. A query
 //! this does not read (a shown list held as a tuple, a grade that is not a float or is NaN, an
-//! item that is not a string) is handed to `values_once` itself.
+//! item that is not a string) is handed to `values_once` itself. And `exact_partials(values)`:
+//! a column of values as the floats `math.fsum` keeps of it, their exact sum the values'.
 
 use std::collections::HashMap;
 
@@ -162,4 +163,55 @@ pub fn score_rows<'py>(
         rows.append(known)?;
     }
     Ok(rows)
+}
+
+/// Adds `x` to `partials` as CPython's `math.fsum` does (Shewchuk's algorithm): the partials stay
+/// floats whose exact sum is the exact sum of everything added. Err when the sum leaves the
+/// finite floats (fsum then raises, or returns inf or NaN: the caller leaves that to it).
+fn add_exactly(partials: &mut Vec<f64>, x: f64) -> Result<(), ()> {
+    let mut x = x;
+    let mut kept = 0;
+    for j in 0..partials.len() {
+        let mut y = partials[j];
+        if x.abs() < y.abs() {
+            std::mem::swap(&mut x, &mut y);
+        }
+        let hi = x + y;
+        let lo = y - (hi - x);
+        if lo != 0.0 {
+            partials[kept] = lo;
+            kept += 1;
+        }
+        x = hi;
+    }
+    partials.truncate(kept);
+    if x != 0.0 {
+        if !x.is_finite() {
+            return Err(());
+        }
+        partials.push(x);
+    }
+    Ok(())
+}
+
+/// For a column of one metric's values (floats), floats whose exact sums are the exact sums of
+/// the values and of their squares (each square rounded, as `x * x`): `math.fsum` of them, with
+/// anything else, is `math.fsum` of the values (or squares) with it. None when a value is not a
+/// float, or a value, square or sum is not finite (the caller sums the values in Python).
+#[pyfunction]
+pub fn exact_partials(values: &Bound<'_, PyAny>) -> PyResult<Option<(Vec<f64>, Vec<f64>)>> {
+    let mut sums: Vec<f64> = Vec::new();
+    let mut squares: Vec<f64> = Vec::new();
+    for value in values.try_iter()? {
+        let Ok(x) = value?.cast_exact::<PyFloat>().map(|x| x.value()) else {
+            return Ok(None);
+        };
+        if !x.is_finite()
+            || add_exactly(&mut sums, x).is_err()
+            || add_exactly(&mut squares, x * x).is_err()
+        {
+            return Ok(None);
+        }
+    }
+    Ok(Some((sums, squares)))
 }

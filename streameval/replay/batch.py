@@ -38,7 +38,8 @@ Entry = list[Any]
 class GroupPart(NamedTuple):
     """A group's queries in one shard: when the first settles, how many, how many with a relevant
     item, the relevant items, and per metric the values of its queries as the bytes of an array
-    of doubles (summed correctly rounded when the shards are added up)."""
+    of doubles (summed correctly rounded when the shards are added up) -- or, from the native
+    core, ``partials`` instead (``columns`` then empty)."""
 
     first_ts: float
     queries: int
@@ -48,6 +49,10 @@ class GroupPart(NamedTuple):
     #: minute -> the first metric's counted values of its queries (array of doubles), for the
     #: regression detectors (empty when they are off)
     minutes: dict[int, bytes]
+    #: per metric, floats whose exact sums are those of its queries' values and of their squares
+    #: (``math.fsum``'s partials, :func:`streameval.native.exact_partials`): far fewer to send
+    #: and add up than the values; None: the values are in ``columns``
+    partials: list[tuple[list[float], list[float]]] | None = None
 
 
 class Joined(NamedTuple):
@@ -181,14 +186,16 @@ def score(
     groups = {}
     for labels, (first_ts, label_rows) in rows.items():
         scored = [row for row in label_rows if row[1] is not None]
-        columns = zip(*[values for _, values in scored], strict=True) if scored else [()] * n_metrics
+        columns = list(zip(*[values for _, values in scored], strict=True)) if scored else [()] * n_metrics
+        partials = native.exact_partials(columns)
         groups[labels] = GroupPart(
             first_ts,
             len(label_rows),
             len(scored),
             sum([n for n, _ in scored]),
-            [array.array("d", column).tobytes() for column in columns],
+            [] if partials is not None else [array.array("d", column).tobytes() for column in columns],
             {m: array.array("d", xs).tobytes() for m, xs in per_minute.get(labels, {}).items()},
+            partials,
         )
     return groups
 
@@ -246,12 +253,14 @@ def add_up(pipeline: Pipeline, shards: list[Joined]) -> None:
     _detect(pipeline, admitted)
     n_metrics = len(pipeline.metrics)
     for group, group_parts in admitted.items():
-        columns = [[array.array("d", part.columns[i]) for part in group_parts] for i in range(n_metrics)]
+        values = [part for part in group_parts if part.partials is None]
+        exact = [part.partials for part in group_parts if part.partials is not None]
         pipeline.settled_totals.setdefault(group, Sums(n_metrics)).add_exact(
             sum(part.queries for part in group_parts),
             sum(part.with_relevant for part in group_parts),
             sum(part.relevant for part in group_parts),
-            columns,
+            [[array.array("d", part.columns[i]) for part in values] for i in range(n_metrics)],
+            [[partials[i] for partials in exact] for i in range(n_metrics)],
         )
 
 

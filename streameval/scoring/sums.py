@@ -72,18 +72,21 @@ class Sums:
         with_relevant: int,
         relevant_items: int,
         columns: Sequence[Sequence[Sequence[float]]],
+        partials: Sequence[Sequence[tuple[Sequence[float], Sequence[float]]]] = (),
     ) -> None:
         """Add queries as counts and, per metric, the values of those with a relevant item, in
         any number of pieces (``replay``, which adds every query at the end, perhaps from
         several processes): each sum and sum of squares correctly rounded (``math.fsum``), so
-        the same whatever the order of the values."""
+        the same whatever the order of the values. ``partials``: per metric, more pieces given
+        as pairs of floats whose exact sums are those of their values and of their squares."""
         self.queries += queries
         self.with_relevant += with_relevant
         self.relevant_items += relevant_items
         for i, pieces in enumerate(columns):
-            self.sums[i] = math.fsum(itertools.chain([self.sums[i]], *pieces))
+            exact = partials[i] if partials else ()
+            self.sums[i] = math.fsum(itertools.chain([self.sums[i]], *pieces, *(s for s, _ in exact)))
             squares = (map(operator.mul, piece, piece) for piece in pieces)
-            self.squares[i] = math.fsum(itertools.chain([self.squares[i]], *squares))
+            self.squares[i] = math.fsum(itertools.chain([self.squares[i]], *squares, *(q for _, q in exact)))
 
     def merge(self, other: Sums) -> None:
         """Add every part of ``other``."""
