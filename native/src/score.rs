@@ -31,7 +31,7 @@ struct Signature<'py> {
 
 /// The first rank (1-based) of `item` in `shown` (SEP item SEP ... SEP, no item holding SEP), as
 /// `rank_in` finds it: where SEP item SEP first occurs is where the first item equal to it is.
-/// None when it is not there, or when `shown` is not of that form (the caller then leaves the
+/// None when it is not there; Err when `shown` is not of that form (the caller then leaves the
 /// query to Python).
 fn rank_in(shown: &str, item: &str) -> Result<Option<usize>, ()> {
     let inner = shown
