@@ -29,11 +29,11 @@ def settings(**overrides):
     return load_settings(None, {}, {"events_topics": ["clicks"], "commit_interval": "1s", **overrides})
 
 
-def make_loop(cluster: Cluster, **kwargs):
+def make_loop(cluster: Cluster, wall_clock=lambda: T0 + 3600, **kwargs):
     consumer = FakeConsumer(cluster)
     transactions = FakeTransactions(cluster)
     restorer = FakeRestorer(cluster)
-    loop = ConsumerLoop(settings(), consumer, transactions, restorer, wall_clock=lambda: T0 + 3600, **kwargs)
+    loop = ConsumerLoop(settings(), consumer, transactions, restorer, wall_clock=wall_clock, **kwargs)
     loop.subscribe()
     return loop, consumer, transactions, restorer
 
@@ -293,11 +293,7 @@ def test_the_merge_waits_for_a_topic_with_records_on_the_broker_however_long_its
     cluster = Cluster(TOPICS)
     write_queries(cluster, 20)
     now = [T0 + 3600]
-    consumer = FakeConsumer(cluster)
-    loop = ConsumerLoop(
-        settings(), consumer, FakeTransactions(cluster), FakeRestorer(cluster), wall_clock=lambda: now[0]
-    )
-    loop.subscribe()
+    loop, consumer, *_ = make_loop(cluster, wall_clock=lambda: now[0])
     consumer.stalled = {TopicPartition("clicks", 0), TopicPartition("clicks", 1)}
     assign(loop, consumer, 0, 1)
     processed = 0
@@ -319,11 +315,7 @@ def test_the_view_is_rebuilt_at_once_after_a_round_that_leaves_nothing_to_do() -
     cluster = Cluster(TOPICS)
     write_queries(cluster, 20)
     now = [T0 + 3600]
-    consumer = FakeConsumer(cluster)
-    loop = ConsumerLoop(
-        settings(), consumer, FakeTransactions(cluster), FakeRestorer(cluster), wall_clock=lambda: now[0]
-    )
-    loop.subscribe()
+    loop, consumer, *_ = make_loop(cluster, wall_clock=lambda: now[0])
     consumer.stalled = {TopicPartition("clicks", 0)}  # partition 0's merge waits for its clicks
 
     def round_() -> int:
