@@ -13,6 +13,7 @@ import orjson
 import pytest
 from kafka.admin import NewPartitions, NewTopic
 
+from streameval.validate import parse_duration
 from tests.integration.conftest import KAFKA_CLIENTS, ROOT, Daemon, Topics, value, with_both_clients
 from tests.integration.test_daemon import (
     DAEMON_CONFIG,
@@ -111,6 +112,29 @@ def two_halves(seed: int) -> tuple[list[bytes], list[bytes], int, int]:
     return impressions, events, len(first.impressions), len(first.events)
 
 
+#: LIVE_CONFIG's commit interval is 1 s. After a backlog the daemon checkpoints twice: the state,
+#: then an interval later the regression detectors' (partition 0 reads the minutes the first
+#: checkpoint wrote, README, Regression detectors). With no checkpoint for two intervals, both
+#: are committed and nothing is left to commit.
+CHECKPOINTED_QUIET_S = 2.0
+
+
+def checkpointed(metrics: dict) -> bool:
+    """Everything the daemon processed is committed: a checkpoint, and none for a while."""
+    return (
+        value(metrics, "streameval_checkpoints_total") >= 1
+        and value(metrics, "streameval_checkpoint_age_seconds") >= CHECKPOINTED_QUIET_S
+    )
+
+
+def seconds_to_next_minute(metrics: dict) -> float:
+    """While the input is quiet, how long until a partition completes a minute and hands it on
+    in a checkpoint: its frontier (watermark - horizon) moves on with the wall clock."""
+    horizon = parse_duration(DAEMON_CONFIG["horizon"])
+    marks = [w for _, w in metrics.get("streameval_watermark_timestamp_seconds", [])]
+    return min((60.0 - (w - horizon) % 60.0 for w in marks), default=0.0)
+
+
 class TwoHalves:
     """The first half produced and processed by a running daemon (and checkpointed); then the
     test does something to the daemon's world, and :meth:`second_half` must still end exact."""
@@ -126,9 +150,9 @@ class TwoHalves:
         daemons.append(self.daemon)
         first = self.half_i + self.half_e
         self.daemon.wait_until(
-            lambda m: value(m, "streameval_records_consumed_total") == first, what="first half"
+            lambda m: value(m, "streameval_records_consumed_total") == first and checkpointed(m),
+            what="first half processed and checkpointed",
         )
-        time.sleep(2)  # a checkpoint
 
     def produce_second(self) -> None:
         """Produced live, in event-time order across the topics, as the systems that log them
@@ -220,16 +244,25 @@ def broker_pid(command: list[str], env: dict[str, str]) -> int:
     return int(status.stdout.split("(pid ", 1)[1].split(")", 1)[0])
 
 
+STALL_S = 30.0
+
+
 def test_broker_stalled_30_s_with_sigstop(tmp_path, topics: Topics, daemons) -> None:
     """A broker that hangs (SIGSTOP) rather than going away: connections stay open and answer
     nothing. The daemon waits quietly and ends exact after SIGCONT."""
     command, env = local_broker(topics.bootstrap)
     run = TwoHalves(tmp_path, topics, daemons, seed=28, partitions=2)
+    # stalled while nothing is to be committed: a checkpoint caught by the stall fails once
+    # (its 3 lines: the abort, the rewind and kafka-python's own) and is not what this measures
+    run.daemon.wait_until(
+        lambda m: checkpointed(m) and seconds_to_next_minute(m) > STALL_S + 3,
+        what=f"no checkpoint due within {STALL_S + 3:.0f} s",
+    )
     pid = broker_pid(command, env)
     os.kill(pid, signal.SIGSTOP)
     try:
         quiet = Quiet(run.daemon)
-        time.sleep(30)
+        time.sleep(STALL_S)
         share, lines = quiet.done()
     finally:
         os.kill(pid, signal.SIGCONT)
