@@ -60,7 +60,7 @@ def run(settings: Settings) -> int:
     server = serve(
         settings.metrics_host, settings.metrics_port, make_app(registry(view), health, view, summary)
     )
-    collections = FullCollections()  # from here: the restore builds the state
+    collections = FullCollections(young_after_rounds=True)  # from here: the restore builds the state
     try:
         with stop_on_signals() as stop:
             running.append(_connect(settings))

@@ -1,4 +1,5 @@
-"""The daemon's garbage-collection policy: no automatic full collections, one when due."""
+"""The daemon's garbage-collection policy: no automatic full collections, one when due; the young
+generations collected after each round of its loop."""
 
 from __future__ import annotations
 
@@ -80,3 +81,27 @@ def test_a_replay_about_to_exit_keeps_its_records_from_the_collector() -> None:
     scanned = int(done.stderr.rsplit(" ", 1)[1])
     records = 668  # the three example files: each leaves two or more tracked objects
     assert scanned < records, done.stderr
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_young_after_rounds_collects_only_when_ticked_and_moves_survivors_to_the_old() -> None:
+    was_enabled = gc.isenabled()
+    collections = FullCollections(interval=3600, young_after_rounds=True)
+    try:
+        assert not gc.isenabled()  # no automatic collection while a round runs
+        cycle = _Node()
+        gone = weakref.ref(cycle)
+        del cycle
+        survivor = [_Node() for _ in range(5_000)]  # far past the young threshold
+        assert gone() is not None
+        assert any(o is survivor for o in gc.get_objects(generation=0))
+        collections.tick()  # after a round: the young generations, scanned once
+        assert gone() is None
+        assert any(o is survivor for o in gc.get_objects(generation=2))
+    finally:
+        collections.end()
+    assert gc.isenabled() == was_enabled
