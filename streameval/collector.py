@@ -15,7 +15,7 @@ quarter, which on a growing state is a large share of the run (figures: ``benchm
   allocations (``young_after_rounds``): an object a round leaves for the state is scanned once
   (``gc.collect(1)`` moves what survives to the old generation), not twice (young, then middle),
   and what a round makes and frees by reference counting not at all. On figure 2's backlog the
-  collector's time went from 0.30-0.31 s to 0.15-0.20 s (``benchmarks/README.md``);
+  collector's time went from 0.40-0.43 s to 0.18-0.19 s (``benchmarks/README.md``);
 - a partition's dropped state, which is held in reference cycles (its pipeline and join point
   at each other), is reclaimed at once (:func:`reclaim_now`);
 - ``replay``, which holds everything until the end and makes no cycles, runs with the collector
