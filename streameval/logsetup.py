@@ -7,8 +7,10 @@ metadata refresh") every ~100 ms; under load its network thread warns that a tas
 minute, and says how many it held back.
 
 kafka-python 3.0's network loop also logs, with a traceback, a task that was waiting to read a
-socket the client closed under it (``ValueError: Invalid file descriptor: -1`` on shutdown or
-when a connection is dropped): :func:`closed_socket_race` keeps that to one line at DEBUG.
+socket the client closed under it, on shutdown or when a connection is dropped: either
+``ValueError: Invalid file descriptor: -1`` (the wait) or ``AttributeError: 'NoneType' object
+has no attribute 'recv'`` (the read after the wait; the transport had set its socket to None).
+:func:`closed_socket_race` keeps that to one line at DEBUG.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ from collections.abc import Callable
 #: At most one record of the same template and logger per this many seconds.
 THROTTLE_INTERVAL_S = 60.0
 _NUMBERS = re.compile(r"0x[0-9a-fA-F]+|\d+(?:\.\d+)?")
+_CLOSED_UNDER_IT = {
+    ValueError: re.compile(r"file descriptor: -1"),
+    AttributeError: re.compile(r"'NoneType' object has no attribute '(?:recv|send)'"),
+}
 
 
 class Throttle(logging.Filter):
@@ -57,7 +63,8 @@ def closed_socket_race(record: logging.LogRecord) -> bool:
     if not record.name.startswith("kafka.net") or not record.exc_info:
         return False
     exc = record.exc_info[1]
-    if not (isinstance(exc, ValueError) and "file descriptor: -1" in str(exc)):
+    closed = _CLOSED_UNDER_IT.get(type(exc))
+    if closed is None or not closed.search(str(exc)):
         return False
     record.msg = f"{record.getMessage()} a socket closed under it (harmless: the client closed it)"
     record.args = None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import sys
 
+import pytest
+
 from streameval.logsetup import Throttle, closed_socket_race
 
 
@@ -45,17 +47,27 @@ def test_messages_that_differ_only_in_numbers_are_one_template() -> None:
     assert throttle.filter(record("Task left RUNNING after step", "kafka.net.selector"))
 
 
-def _closed_socket_record(name: str) -> logging.LogRecord:
+_FD_GONE = ValueError("Invalid file descriptor: -1")
+
+
+def _closed_socket_record(name: str, exc: Exception = _FD_GONE) -> logging.LogRecord:
     try:
-        raise ValueError("Invalid file descriptor: -1")
-    except ValueError:
+        raise exc
+    except Exception:
         exc_info = sys.exc_info()
     message = "Unhandled exception in task %s:"
     return logging.LogRecord(name, logging.ERROR, __file__, 1, message, ("t",), exc_info)
 
 
-def test_kafka_pythons_closed_socket_traceback_becomes_one_debug_line() -> None:
-    record = _closed_socket_record("kafka.net.selector")
+@pytest.mark.parametrize(
+    "exc",
+    [
+        _FD_GONE,  # the task waiting on the socket
+        AttributeError("'NoneType' object has no attribute 'recv'"),  # the read after the wait
+    ],
+)
+def test_kafka_pythons_closed_socket_traceback_becomes_one_debug_line(exc: Exception) -> None:
+    record = _closed_socket_record("kafka.net.transport", exc)
     assert closed_socket_race(record)
     assert record.levelno == logging.DEBUG and record.exc_info is None
     assert "Traceback" not in logging.Formatter().format(record)
@@ -66,3 +78,5 @@ def test_other_tracebacks_are_left_alone() -> None:
     assert not closed_socket_race(_closed_socket_record("streameval.kafka.loop"))
     other = logging.LogRecord("kafka.net.selector", logging.ERROR, __file__, 1, "x", None, None)
     assert not closed_socket_race(other)
+    for exc in (AttributeError("'NoneType' object has no attribute 'items'"), ValueError("bad")):
+        assert not closed_socket_race(_closed_socket_record("kafka.net.transport", exc))
