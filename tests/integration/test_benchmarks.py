@@ -53,6 +53,8 @@ def test_benchmark_command_writes_all_seven_figures(bootstrap, tmp_path) -> None
     # the same records and showed the same provisional metrics
     assert figures["2_daemon"]["same_metrics"] is True
     assert figures["2_daemon"]["pipeline_alone_s"] > 0  # row 2p: the pipeline fed from memory
+    runs = figures["2_daemon"]["runs_s"]  # every variant once per round (its best is reported)
+    assert len(runs["run"]) == len(runs["pipeline_alone"]) == len(runs["without_checkpoints"]) == 1
     assert figures["4_memory"]["bytes_per_open_query"] > 0
     if not optional:
         assert figures["5_batch_route"]["largest_difference"] < 1e-9  # ranx agrees with replay
