@@ -43,7 +43,9 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=100_000)
     parser.add_argument("--bootstrap", default="127.0.0.1:9092")
     args = parser.parse_args()
-    FullCollections()  # as ``streameval run`` has it, for the whole process
+    # for the whole process: the daemon's full collections; its young generations after each round
+    # of its loop are not modelled (no rounds here), they run every 700 allocations
+    FullCollections()
     group = f"benchrestore{uuid.uuid4().hex[:8]}"
     settings = load_settings(None, {}, {"bootstrap_servers": args.bootstrap, "group_id": group})
     topic = settings.changelog_topic

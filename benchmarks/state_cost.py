@@ -94,7 +94,9 @@ def main() -> None:
             "horizon": f"{HORIZON_S:.0f}s",
         },
     )
-    FullCollections()  # for the whole process, as ``streameval run`` has it
+    # for the whole process: the daemon's full collections; its young generations after each round
+    # of its loop are not modelled (no rounds here), they run every 700 allocations
+    FullCollections()
     density = args.open / HORIZON_S
     records = stream(density, args.list_len)
     pipeline = Pipeline(settings)
