@@ -5,18 +5,29 @@ Built as a user builds it, ``STREAMEVAL_MYPYC=1 pip install``, but with ``--targ
 process started in DIR imports that package (the modules setup.py lists compiled by mypyc, the
 rest interpreted), not this checkout's. Needs a C compiler; pip fetches mypy for the build.
 
-    python benchmarks/compiled.py DIR    # builds into DIR; prints DIR
+A build is kept under ``~/.cache/streameval/compiled``, named by a hash of what it is built from
+(the package's and the build's files, the Python version): a later build of the same sources
+(the benchmark after ``tests/test_compiled.py`` in CI, or a rerun) copies it instead of
+compiling again. Delete the directory to build afresh.
+
+    python benchmarks/compiled.py DIR    # builds into DIR (or copies the kept build); prints DIR
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+CACHE = Path.home() / ".cache" / "streameval" / "compiled"
+#: what a build is made from: a change to any of these builds anew
+SOURCES = ("streameval", "build_backend", "setup.py", "pyproject.toml")
+KEEP = 3  # builds kept
 
 
 def have_compiler() -> bool:
@@ -24,13 +35,55 @@ def have_compiler() -> bool:
     return shutil.which("cc") is not None or shutil.which("gcc") is not None
 
 
-def build(where: Path, log: object = None) -> Path:
-    """Install streameval compiled into ``where``; returns the directory to run from.
-    Raises RuntimeError naming what is missing when it cannot be built."""
-    if not have_compiler():
-        raise RuntimeError("no C compiler (cc) on PATH")
+def source_key() -> str:
+    """A hash of the files a build is made from and of the Python that runs it."""
+    digest = hashlib.sha256(f"{sys.version}\0{sys.platform}".encode())
+    for name in SOURCES:
+        top = ROOT / name
+        files = sorted(top.rglob("*")) if top.is_dir() else [top]
+        for path in files:
+            if path.is_file() and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:20]
+
+
+def build(where: Path, log: object = None, cache: Path | None = CACHE) -> Path:
+    """Install streameval compiled into ``where`` (a copy of the kept build of these sources
+    when ``cache`` holds one); returns the directory to run from. Raises RuntimeError naming
+    what is missing when it cannot be built."""
     if where.exists():
         shutil.rmtree(where)
+    if cache is None:
+        return _build(where, log)
+    kept = cache / source_key()
+    if not kept.is_dir():
+        cache.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix="building-", dir=cache))
+        try:
+            fresh = _build(scratch / "install", log)
+            try:
+                fresh.rename(kept)  # in one step: a build running beside this one keeps its own
+            except OSError:
+                pass  # one was kept meanwhile
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        _prune(cache, kept)
+    shutil.copytree(kept, where, symlinks=True)
+    return where
+
+
+def _prune(cache: Path, kept: Path) -> None:
+    """Keeps the newest KEEP builds (a few MB each): those of the sources worked on lately."""
+    builds = [p for p in cache.iterdir() if p.is_dir() and not p.name.startswith("building-")]
+    builds.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in builds[KEEP:]:
+        if old != kept:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _build(where: Path, log: object) -> Path:
+    if not have_compiler():
+        raise RuntimeError("no C compiler (cc) on PATH")
     cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps"]
     done = subprocess.run(
         [*cmd, "--target", str(where), str(ROOT)],

@@ -2,8 +2,8 @@
 builds it -- ``STREAMEVAL_MYPYC=1 pip install``, here into a directory of its own with the
 benchmark's ``benchmarks/compiled.py`` -- loads its compiled modules, prints the same replay
 report as the interpreted package, and passes the pure core's tests. Slow (~30 s: mypyc
-compiles 15 modules); needs a C compiler and pip's index or cache for the build's own
-requirements (setuptools, mypy)."""
+compiles 21 modules, unless a build of the same sources is kept in ``~/.cache``); needs a C
+compiler and pip's index or cache for the build's own requirements (setuptools, mypy)."""
 
 from __future__ import annotations
 
@@ -76,3 +76,11 @@ def test_the_core_tests_pass_compiled(compiled: Path) -> None:
     tests = [f"tests/{name}" for name in CORE_TESTS]
     out = run(compiled, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests)
     assert " passed" in out and " failed" not in out
+
+
+def test_the_build_is_kept_and_copied_for_the_same_sources(compiled: Path, tmp_path: Path) -> None:
+    kept = compiled_install.CACHE / compiled_install.source_key()
+    assert kept.is_dir()  # the fixture's build, kept (or the one an earlier run kept)
+    again = compiled_install.build(tmp_path / "again")
+    assert "compiled with mypyc" in run(again, "-m", "streameval", "--version")
+    assert not (kept / "tests").exists()  # what a test writes into its copy stays out of the kept one
