@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from typing import Any, Protocol
 
+from streameval import native
 from streameval.changes import Changes, Unrecorded
 from streameval.config import Settings
 from streameval.deadlines import Queue, deadlines
@@ -95,6 +96,8 @@ class Joiner:
         self._grades = dict(settings.grades)
         self._horizons = {t: settings.horizon_for(t) for t in settings.grades}
         self.scorer = scorer
+        #: ``scorer.add_grade``, through the native core where it is installed
+        self._add_grade = native.grader(scorer)
         self.sink = sink
         self.max_horizon = settings.max_horizon
         self.retention = max(settings.max_horizon, MIN_RETENTION_S) + settings.orphan_ttl
@@ -171,7 +174,7 @@ class Joiner:
             self.sink.unattributed(reason)
             return
         self.sink.attributed()
-        if self.scorer.add_grade(query.score, ev.item, self._grades[ev.type]):
+        if self._add_grade(query.score, ev.item, self._grades[ev.type]):
             self.changes.add(("q", query.query_id))
             old_n, old_values = query.n_relevant, query.values
             query.n_relevant = query.score.n_relevant

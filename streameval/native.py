@@ -4,7 +4,8 @@
 with the per-record work that is a pure function of a record's bytes: the decoders' fast paths
 and Kafka's murmur2 (and the join's deadlines: :func:`streameval.deadlines.deadlines`; and the
 JSON of a checkpoint's query entries: :func:`pack_entries`; and the signatures of ``replay``'s
-queries and the partial sums of their values: :func:`score_rows`, :func:`exact_partials`). It
+queries and the partial sums of their values: :func:`score_rows`, :func:`exact_partials`; and
+the scoring of an attributed event: :func:`grader`). It
 returns what the Python code returns, or None where it leaves a record to it, and never decides
 a rejection; the pure-Python core stays the reference (``tests/test_native.py``,
 ``tests/test_native_packs.py``, ``tests/test_native_score.py`` and ``tests/test_deadlines.py``
@@ -201,6 +202,24 @@ def score_rows(scorer: Scorer, entries: list[list[Any]], not_scored: tuple[int, 
         params.unshown_items == "count",
         not_scored,
     )
+
+
+def grader(scorer: Scorer) -> Callable[[Any, str, float], bool]:
+    """``scorer.add_grade`` through the native core where it is installed (the same change to
+    the same state, to the bit; a state it does not read is left to ``scorer.add_grade``)."""
+    if core is None or not hasattr(core, "Grader"):
+        return scorer.add_grade
+    p = scorer.params
+    fast = core.Grader(
+        p.min_grade,
+        p.unshown_items == "ignore",
+        scorer.ap_ks,
+        scorer.dcg_ks,
+        p.ndcg_gain == "exp",
+        NO_GRADES,
+        scorer.add_grade,
+    )
+    return fast.add_grade
 
 
 def exact_partials(columns: list[Any]) -> list[tuple[list[float], list[float]]] | None:

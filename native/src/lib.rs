@@ -35,9 +35,13 @@
 //!   `exact_partials(values)`, a column of values as the floats `math.fsum` keeps of it, so that a
 //!   process of `replay` sends those instead of its values (`score.rs`), for
 //!   `streameval.replay.batch`.
+//! - `Grader(min_grade, ignore_unshown, ap_ks, dcg_ks, exp_gain, no_grades, fallback).add_grade(
+//!   state, item, grade)`: `Scorer.add_grade`, the daemon's scoring of one attributed event, on
+//!   the same `QueryScore` (`grade.rs`), for `streameval.join`.
 
 mod batches;
 mod deadlines;
+mod grade;
 mod packs;
 mod score;
 
@@ -794,6 +798,7 @@ fn streameval_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(packs::pack_entries, m)?)?;
     m.add_function(wrap_pyfunction!(score::score_rows, m)?)?;
     m.add_function(wrap_pyfunction!(score::exact_partials, m)?)?;
+    m.add_class::<grade::Grader>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("SEP", SEP.to_string())?;
     Ok(())

@@ -33,7 +33,7 @@ struct Signature<'py> {
 /// `rank_in` finds it: where SEP item SEP first occurs is where the first item equal to it is.
 /// None when it is not there; Err when `shown` is not of that form (the caller then leaves the
 /// query to Python).
-fn rank_in(shown: &str, item: &str) -> Result<Option<usize>, ()> {
+pub(crate) fn rank_in(shown: &str, item: &str) -> Result<Option<usize>, ()> {
     let inner = shown
         .strip_prefix(SEP)
         .and_then(|s| s.strip_suffix(SEP))
