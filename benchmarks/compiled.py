@@ -53,11 +53,15 @@ def build(where: Path, log: object = None, cache: Path | None = CACHE) -> Path:
     what is missing when it cannot be built."""
     if where.exists():
         shutil.rmtree(where)
+    try:
+        if cache is not None:
+            cache.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        cache = None  # nowhere to keep it: built where asked, as without a cache
     if cache is None:
         return _build(where, log)
     kept = cache / source_key()
     if not kept.is_dir():
-        cache.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix="building-", dir=cache))
         try:
             fresh = _build(scratch / "install", log)
