@@ -8,8 +8,9 @@ queries and the partial sums of their values: :func:`score_rows`, :func:`exact_p
 the scoring of an attributed event: :func:`grader`). It
 returns what the Python code returns, or None where it leaves a record to it, and never decides
 a rejection; the pure-Python core stays the reference (``tests/test_native.py``,
-``tests/test_native_packs.py``, ``tests/test_native_score.py`` and ``tests/test_deadlines.py``
-hold the two equal). Without the extension, everything runs as before.
+``tests/test_native_packs.py``, ``tests/test_native_score.py``, ``tests/test_native_grade.py``
+and ``tests/test_deadlines.py`` hold the two equal). Without the extension, everything runs as
+before.
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
 #: the tests of the compiled modules' work (decoding, join, scoring, sums, state, deadlines,
-#: aligner, view, replay; the native core's checkpoint entries), run against the compiled install
+#: aligner, view, replay; the native core's checkpoint entries and scoring of an event on the
+#: compiled QueryScore), run against the compiled install
 CORE_TESTS = [
     "test_records.py",
     "test_join.py",
@@ -29,6 +30,7 @@ CORE_TESTS = [
     "test_state.py",
     "test_native_packs.py",
     "test_native_score.py",
+    "test_native_grade.py",
     "test_deadlines.py",
     "test_align.py",
     "test_exporter.py",
