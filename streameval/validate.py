@@ -257,11 +257,29 @@ def check_combination(s: Any) -> None:
         )
     if s.min_grade <= 0:
         raise ConfigError("min_grade: must be above 0 (an item with no engagement has grade 0)")
+    _check_exp_gains(s)
     _check_topics(s)
     if s.commit_interval < 0.1:
         raise ConfigError("commit_interval: must be at least 100ms")
     if s.shutdown_timeout < 1:
         raise ConfigError("shutdown_timeout: must be at least 1s")
+
+
+#: the highest grade whose exp gain, 2^g - 1, is a float with room for a DCG's sum of them
+MAX_EXP_GRADE = 1000.0
+
+
+def _check_exp_gains(s: Any) -> None:
+    """With an NDCG metric and ``ndcg_gain = "exp"``, every grade's 2^g - 1 is a float."""
+    if s.ndcg_gain != "exp" or not any(m.name == "ndcg" for m in s.metrics):
+        return
+    for event_type, grade in s.grades.items():
+        if grade > MAX_EXP_GRADE:
+            raise ConfigError(
+                f"grades: {event_type!r} = {grade:g} is above {MAX_EXP_GRADE:g}, where NDCG's gain "
+                '2^g - 1 (ndcg_gain = "exp") is past the floats; use smaller grades, or '
+                'ndcg_gain = "linear"'
+            )
 
 
 def _check_topics(s: Any) -> None:

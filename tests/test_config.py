@@ -67,6 +67,7 @@ def test_events_topics_table_maps_topics_to_types() -> None:
         ({"horizons": {"view": "1h"}}, "horizons"),
         ({"min_grade": 5}, "min_grade"),
         ({"grades": {"click": -1}}, "grades"),
+        ({"grades": {"click": 1, "purchase": 1500}}, "grades: 'purchase' = 1500 is above 1000"),
         ({"max_groups": 0}, "max_groups"),
         ({"dead_letter_topic": "clicks"}, "dead_letter_topic"),
     ],
@@ -74,6 +75,13 @@ def test_events_topics_table_maps_topics_to_types() -> None:
 def test_bad_values_name_the_key(flags, names) -> None:
     with pytest.raises(ConfigError, match=names):
         load_settings(None, {}, flags)
+
+
+def test_a_grade_past_exp_gains_floats_is_refused_only_where_an_ndcg_reads_it() -> None:
+    high = {"grades": {"click": 1, "purchase": 1500}}
+    assert load_settings(None, {}, {**high, "ndcg_gain": "linear"}).grades["purchase"] == 1500
+    assert load_settings(None, {}, {**high, "metrics": ["map@10", "recall@10"]}).grades["purchase"] == 1500
+    assert load_settings(None, {}, {"grades": {"click": 1, "purchase": 1000}}).grades["purchase"] == 1000
 
 
 def test_bad_toml_and_unknown_env(tmp_path) -> None:
