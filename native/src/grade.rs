@@ -59,7 +59,8 @@ fn seq_items<'py>(seq: &Bound<'py, PyAny>) -> Read<Vec<Bound<'py, PyAny>>> {
     Some(seq.cast_exact::<PyTuple>().ok()?.iter().collect())
 }
 
-/// `bisect.bisect_left`: where `x` goes before every equal value.
+/// `bisect.bisect_left`: where `x` goes before every equal value, probing the same places as
+/// Python's (not `partition_point`, which probes others: the same answer only on sorted values).
 fn bisect_left<T: PartialOrd>(values: &[T], x: &T) -> usize {
     let (mut lo, mut hi) = (0, values.len());
     while lo < hi {
@@ -87,12 +88,13 @@ fn bisect_right<T: PartialOrd>(values: &[T], x: &T) -> usize {
     lo
 }
 
-/// `_own`: the state's list of these values, a copy of a shared tuple set on the state first.
+/// `_own`: the state's list of these values (`values`, its attribute `name` as read), a copy of
+/// a shared tuple set on the state first.
 fn own<'py>(
     state: &Bound<'py, PyAny>,
     name: &Bound<'py, PyString>,
+    values: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyList>> {
-    let values = state.getattr(name)?;
     if let Ok(list) = values.cast_exact::<PyList>() {
         return Ok(list.clone());
     }
@@ -101,18 +103,20 @@ fn own<'py>(
     Ok(list)
 }
 
-/// The numbers a change needs, read before anything is changed.
-struct Plan {
+/// The change one relevant grade makes, read and checked before anything is changed: each
+/// attribute it changes as read, with what goes into it.
+struct Plan<'py> {
     rank: Option<usize>,
-    /// where the old grade leaves the relevant grades and where the new one goes
+    /// the relevant grades; where the old grade leaves them and where the new one goes
+    ideal: Bound<'py, PyAny>,
     ideal_out: Option<usize>,
     ideal_in: usize,
-    /// for a shown item that becomes relevant: where its rank goes in the hits, and each AP
-    /// numerator's new value
-    hit_at: Option<usize>,
-    ap_num: Vec<f64>,
-    /// each DCG's new value (those past the rank unchanged)
-    dcg: Vec<f64>,
+    /// for a shown item that becomes relevant: the hits and where its rank goes in them
+    hits: Option<(Bound<'py, PyAny>, usize)>,
+    /// ... and the AP numerators with each one's new value
+    ap_num: Option<(Bound<'py, PyAny>, Vec<f64>)>,
+    /// for a shown item: the DCGs with each one's new value (those past the rank unchanged)
+    dcg: Option<(Bound<'py, PyAny>, Vec<f64>)>,
 }
 
 impl Grader {
@@ -125,15 +129,16 @@ impl Grader {
         power.is_finite().then_some(power - 1.0)
     }
 
-    /// What applying `grade` to a state changes, when `grade` is relevant and `old` (the
-    /// item's grade before, if any) lower; None where Python decides.
-    fn plan(
+    /// What applying `grade` to a state changes beyond its grade dict, when `grade` is relevant
+    /// and `old` (the item's grade before, if any) lower: Some(None) for an item not shown
+    /// that does not count (`unshown_items = "ignore"`); None where Python decides.
+    fn plan<'py>(
         &self,
-        state: &Bound<'_, PyAny>,
+        state: &Bound<'py, PyAny>,
         item: &str,
         old: Option<f64>,
         grade: f64,
-    ) -> PyResult<Read<Plan>> {
+    ) -> PyResult<Read<Option<Plan<'py>>>> {
         let py = state.py();
         let items = state.getattr(intern!(py, "items"))?;
         let Some(shown) = items
@@ -146,56 +151,59 @@ impl Grader {
         let Ok(rank) = rank_in(shown, item) else {
             return Ok(None);
         };
-        let mut plan = Plan {
-            rank,
-            ideal_out: None,
-            ideal_in: 0,
-            hit_at: None,
-            ap_num: Vec::new(),
-            dcg: Vec::new(),
-        };
         if rank.is_none() && self.ignore_unshown {
-            return Ok(Some(plan));
+            return Ok(Some(None));
         }
         let was = old.filter(|&o| o >= self.min_grade);
-        let Some(mut ideal) = floats(&state.getattr(intern!(py, "ideal"))?) else {
+        let ideal_obj = state.getattr(intern!(py, "ideal"))?;
+        let Some(mut ideal) = floats(&ideal_obj) else {
             return Ok(None);
         };
+        let mut ideal_out = None;
         if let Some(o) = was {
             let at = bisect_left(&ideal, &o);
             if at == ideal.len() {
                 return Ok(None); // not there: Python's del raises
             }
             ideal.remove(at);
-            plan.ideal_out = Some(at);
+            ideal_out = Some(at);
         }
-        plan.ideal_in = bisect_right(&ideal, &grade);
+        let mut plan = Plan {
+            rank,
+            ideal: ideal_obj,
+            ideal_out,
+            ideal_in: bisect_right(&ideal, &grade),
+            hits: None,
+            ap_num: None,
+            dcg: None,
+        };
         let Some(rank) = rank else {
-            return Ok(Some(plan));
+            return Ok(Some(Some(plan)));
         };
         if was.is_none() {
-            let Some(mut hits) = ranks(&state.getattr(intern!(py, "hits"))?) else {
+            let hits_obj = state.getattr(intern!(py, "hits"))?;
+            let Some(mut hits) = ranks(&hits_obj) else {
                 return Ok(None);
             };
             let at = bisect_left(&hits, &rank);
             hits.insert(at, rank);
-            plan.hit_at = Some(at);
+            plan.hits = Some((hits_obj, at));
             if !self.ap_ks.is_empty() {
-                let Some(ap_num) = floats(&state.getattr(intern!(py, "ap_num"))?) else {
+                let ap_obj = state.getattr(intern!(py, "ap_num"))?;
+                let Some(ap_num) = floats(&ap_obj).filter(|a| a.len() == self.ap_ks.len()) else {
                     return Ok(None);
                 };
-                if ap_num.len() != self.ap_ks.len() {
-                    return Ok(None);
-                }
-                plan.ap_num = ap_num
+                let grown = ap_num
                     .iter()
                     .zip(&self.ap_ks)
                     .map(|(num, &k)| num + add_hit(&hits, at, rank, k))
                     .collect();
+                plan.ap_num = Some((ap_obj, grown));
             }
         }
         if !self.dcg_ks.is_empty() {
-            let Some(dcg) = floats(&state.getattr(intern!(py, "dcg"))?) else {
+            let dcg_obj = state.getattr(intern!(py, "dcg"))?;
+            let Some(dcg) = floats(&dcg_obj).filter(|d| d.len() == self.dcg_ks.len()) else {
                 return Ok(None);
             };
             let (Some(new), Some(before)) =
@@ -203,29 +211,27 @@ impl Grader {
             else {
                 return Ok(None);
             };
-            if dcg.len() != self.dcg_ks.len() {
-                return Ok(None);
-            }
             let delta = new - before;
             let discount = 1.0 / ((rank + 1) as f64).log2();
-            plan.dcg = dcg
+            let grown = dcg
                 .iter()
                 .zip(&self.dcg_ks)
                 .map(|(&d, &k)| if rank <= k { d + delta * discount } else { d })
                 .collect();
+            plan.dcg = Some((dcg_obj, grown));
         }
-        Ok(Some(plan))
+        Ok(Some(Some(plan)))
     }
 
     /// The change `plan` describes, made to the state's attributes as Python makes it.
     fn apply(
         &self,
         state: &Bound<'_, PyAny>,
-        plan: &Plan,
+        plan: &Plan<'_>,
         grade: &Bound<'_, PyFloat>,
     ) -> PyResult<()> {
         let py = state.py();
-        let ideal = own(state, intern!(py, "ideal"))?;
+        let ideal = own(state, intern!(py, "ideal"), &plan.ideal)?;
         if let Some(at) = plan.ideal_out {
             ideal.del_item(at)?;
         }
@@ -233,18 +239,18 @@ impl Grader {
         let Some(rank) = plan.rank else {
             return Ok(());
         };
-        if let Some(at) = plan.hit_at {
-            own(state, intern!(py, "hits"))?.insert(at, rank)?;
-            if !self.ap_ks.is_empty() {
-                let ap_num = own(state, intern!(py, "ap_num"))?;
-                for (i, &value) in plan.ap_num.iter().enumerate() {
-                    ap_num.set_item(i, value)?;
-                }
+        if let Some((hits, at)) = &plan.hits {
+            own(state, intern!(py, "hits"), hits)?.insert(*at, rank)?;
+        }
+        if let Some((ap_num, grown)) = &plan.ap_num {
+            let ap_num = own(state, intern!(py, "ap_num"), ap_num)?;
+            for (i, &value) in grown.iter().enumerate() {
+                ap_num.set_item(i, value)?;
             }
         }
-        if !self.dcg_ks.is_empty() {
-            let dcg = own(state, intern!(py, "dcg"))?;
-            for ((i, &value), &k) in plan.dcg.iter().enumerate().zip(&self.dcg_ks) {
+        if let Some((dcg, grown)) = &plan.dcg {
+            let dcg = own(state, intern!(py, "dcg"), dcg)?;
+            for ((i, &value), &k) in grown.iter().enumerate().zip(&self.dcg_ks) {
                 if rank <= k {
                     dcg.set_item(i, value)?;
                 }
@@ -345,10 +351,10 @@ impl Grader {
         }
         // everything read and checked before the first change
         let plan = if grade < self.min_grade {
-            None
+            None // not relevant: only the grade dict changes
         } else {
             match self.plan(state, item_str, old, grade)? {
-                Some(plan) => Some(plan),
+                Some(plan) => plan,
                 None => return Ok(None),
             }
         };
@@ -361,11 +367,8 @@ impl Grader {
         };
         grades.set_item(key, grade_f)?;
         let Some(plan) = plan else {
-            return Ok(Some(false)); // not relevant
-        };
-        if plan.rank.is_none() && self.ignore_unshown {
             return Ok(Some(false));
-        }
+        };
         self.apply(state, &plan, grade_f)?;
         Ok(Some(true))
     }
