@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 from streameval.errors import ConfigError
+from streameval.scoring.measures import MEASURES
 from streameval.scoring.spec import MetricSpec
 
 #: Label names streameval uses itself; a group field may not take one of them.
@@ -271,7 +272,7 @@ MAX_EXP_GRADE = 1000.0
 
 def _check_exp_gains(s: Any) -> None:
     """With an NDCG metric and ``ndcg_gain = "exp"``, every grade's 2^g - 1 is a float."""
-    if s.ndcg_gain != "exp" or not any(m.name == "ndcg" for m in s.metrics):
+    if s.ndcg_gain != "exp" or not any(MEASURES[m.name].state == "dcg" for m in s.metrics):
         return
     for event_type, grade in s.grades.items():
         if grade > MAX_EXP_GRADE:
