@@ -15,6 +15,7 @@ compiling again. Delete the directory to build afresh.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -61,17 +62,17 @@ def build(where: Path, log: object = None, cache: Path | None = CACHE) -> Path:
     if cache is None:
         return _build(where, log)
     kept = cache / source_key()
-    if not kept.is_dir():
-        scratch = Path(tempfile.mkdtemp(prefix="building-", dir=cache))
-        try:
-            fresh = _build(scratch / "install", log)
+    # one build at a time (pip builds in the source tree, whose build/ two builds would share):
+    # a process that waited here finds the other's build kept
+    with open(cache / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not kept.is_dir():
+            scratch = Path(tempfile.mkdtemp(prefix="building-", dir=cache))
             try:
-                fresh.rename(kept)  # in one step: a build running beside this one keeps its own
-            except OSError:
-                pass  # one was kept meanwhile
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        _prune(cache, kept)
+                _build(scratch / "install", log).rename(kept)  # in one step: never half a build
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            _prune(cache, kept)
     shutil.copytree(kept, where, symlinks=True)
     return where
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -10,6 +11,21 @@ settings.register_profile("dev", max_examples=60, deadline=None)
 settings.load_profile("ci")
 
 FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """How pytest-xdist shares the tests between its workers (pyproject.toml: -n 2): every test
+    under tests/integration/ in one unit of work, the others one by one. The integration tests
+    share the test broker and some stop or stall it, so they run one at a time, on one worker,
+    while the other worker runs the tests that need no broker."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class BrokerTestsTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "tests/integration" if nodeid.startswith("tests/integration/") else nodeid
+
+    return BrokerTestsTogether(config, log)
 
 
 @pytest.fixture

@@ -76,7 +76,9 @@ def test_the_core_tests_pass_compiled(compiled: Path) -> None:
     )
     shutil.copy(ROOT / "pyproject.toml", compiled / "pyproject.toml")
     tests = [f"tests/{name}" for name in CORE_TESTS]
-    out = run(compiled, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests)
+    # one process (-n 0): it runs beside the integration tests' worker, which the suite's other
+    # worker already shares the machine with
+    out = run(compiled, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0", *tests)
     assert " passed" in out and " failed" not in out
 
 
