@@ -12,7 +12,9 @@ machines; absolute times are in the JSON for reference. Nothing here asserts.
     deploy/kafka/local.sh start        # for figures 2, 6 and 7
     python -m benchmarks               # 11-25 minutes on 2 cores (the last runs)
     python -m benchmarks --scale 0.1   # a quick look (smaller data, same figures)
-    python -m benchmarks --scale 0.01 --rounds 1   # that it runs (tests/integration/test_benchmarks.py)
+    python -m benchmarks --figures 2,6  # some of them (figure 7 runs with 2, 4 with 3)
+    python -m benchmarks --scale 0.01 --rounds 1   # that it runs (tests/test_benchmarks.py and
+                                                   # tests/integration/test_benchmarks.py)
 """
 
 from __future__ import annotations
@@ -34,6 +36,20 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "benchmarks"
+#: the figures --figures names, and those that run together
+FIGURES = ("1", "2", "3", "4", "5", "6", "7")
+TOGETHER = (("2", "7"), ("3", "4"))
+#: results.json's keys of the figures, each present (a figure not run says why)
+FIGURE_KEYS = (
+    "1_replay",
+    "1m_mapped_input",
+    "2_daemon",
+    "3_state_size",
+    "4_memory",
+    "5_batch_route",
+    "6_freshness",
+    "7_peer",
+)
 PY = sys.executable
 
 
@@ -255,7 +271,9 @@ def state_cost(log: Any, **flags: Any) -> dict[str, Any]:
 
 def figures_3_4(scale: float, log: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     big = max(10_000, round(1_000_000 * scale))
-    measure = max(30_000, round(150_000 * scale))  # records timed per run
+    # records timed per run: at least 30,000 from --scale 0.1 up (enough for a quick look), fewer
+    # only below it (the smoke run of tests/integration/test_benchmarks.py)
+    measure = max(round(150_000 * scale), min(30_000, round(300_000 * scale)))
 
     def cost(**flags: Any) -> float:
         return state_cost(log, measure=measure, **flags)["us_per_record"]
@@ -301,6 +319,42 @@ def broker_up(bootstrap: str) -> bool:
         return False
 
 
+def run_figures(wanted: set[str], args: argparse.Namespace, tmp: Path, log: Any) -> dict[str, Any]:
+    """The figures asked for, by their key in results.json."""
+    figures: dict[str, Any] = {}
+    build = compiled_build(tmp, log) if wanted & {"1", "2"} else None
+    if wanted & {"1", "5", "6"}:  # figure 6 produces these records at its pace
+        files = simulate_files(tmp, args.scale, log)
+    if "1" in wanted:
+        figures["1_replay"] = figure_1(files, log, build)
+        figures["1m_mapped_input"] = figure_1m(files, tmp, log)
+    if "5" in wanted:
+        figures["5_batch_route"] = figure_5(files, log)
+    if "3" in wanted:
+        figures["3_state_size"], figures["4_memory"] = figures_3_4(args.scale, log)
+    if not wanted & {"2", "6"}:
+        return figures
+    if not broker_up(args.bootstrap_servers):
+        skipped = {"skipped": f"no broker at {args.bootstrap_servers}: deploy/kafka/local.sh start"}
+        say(f"figures 2, 6 and 7 skipped: {skipped['skipped']}")
+        return figures | {"2_daemon": skipped, "6_freshness": skipped, "7_peer": skipped}
+    from benchmarks import kafka_figures
+
+    if "2" in wanted:
+        backlog_s = max(30, round(400 * args.scale))
+        figures["2_daemon"] = kafka_figures.figure_2(
+            args.bootstrap_servers, backlog_s, args.port, log, say, compiled=build, rounds=args.rounds
+        )
+        # figure 7 runs on figure 2's backlog, in the same rounds
+        figures["7_peer"] = figures["2_daemon"].pop("peer")
+    if "6" in wanted:
+        fresh_s = max(20, round(60 * args.scale))
+        figures["6_freshness"] = kafka_figures.figure_6(
+            args.bootstrap_servers, tmp, 5000, fresh_s, args.port + 1, log, say
+        )
+    return figures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -321,6 +375,12 @@ def main() -> int:
         help="rounds of figures 2 and 7, each the best of its rounds (default: %(default)s; 1: a smoke run)",
     )
     parser.add_argument(
+        "--figures",
+        default=",".join(FIGURES),
+        help="which figures, comma-separated (default: all): 1 with 1m, 2 with 7 (figure 7 runs in "
+        "figure 2's rounds), 3 with 4; the others are reported as not run",
+    )
+    parser.add_argument(
         "--port",
         type=int,
         default=9499,
@@ -331,6 +391,10 @@ def main() -> int:
         parser.error("--scale must be positive")
     if args.rounds < 1:
         parser.error("--rounds must be 1 or more")
+    wanted = {name.strip() for name in args.figures.split(",")}
+    if not wanted or not wanted <= set(FIGURES):
+        parser.error(f"--figures {args.figures}: a comma-separated list of {', '.join(FIGURES)}")
+    wanted |= {partner for a, b in TOGETHER for partner in (a, b) if {a, b} & wanted}
     try:
         Path(args.out).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -341,29 +405,9 @@ def main() -> int:
     started = time.monotonic()
     say(f"benchmarks: details of every step in {log_path}")
     with open(log_path, "wb") as log, tempfile.TemporaryDirectory(prefix="streameval-bench-") as tmp:
-        files = simulate_files(Path(tmp), args.scale, log)
-        build = compiled_build(Path(tmp), log)
-        figures["1_replay"] = figure_1(files, log, build)
-        figures["1m_mapped_input"] = figure_1m(files, Path(tmp), log)
-        figures["5_batch_route"] = figure_5(files, log)
-        figures["3_state_size"], figures["4_memory"] = figures_3_4(args.scale, log)
-        if broker_up(args.bootstrap_servers):
-            from benchmarks import kafka_figures
-
-            backlog_s = max(30, round(400 * args.scale))
-            figures["2_daemon"] = kafka_figures.figure_2(
-                args.bootstrap_servers, backlog_s, args.port, log, say, compiled=build, rounds=args.rounds
-            )
-            # figure 7 runs on figure 2's backlog, in the same rounds
-            figures["7_peer"] = figures["2_daemon"].pop("peer")
-            fresh_s = max(20, round(60 * args.scale))
-            figures["6_freshness"] = kafka_figures.figure_6(
-                args.bootstrap_servers, Path(tmp), 5000, fresh_s, args.port + 1, log, say
-            )
-        else:
-            skipped = {"skipped": f"no broker at {args.bootstrap_servers}: deploy/kafka/local.sh start"}
-            figures["2_daemon"] = figures["6_freshness"] = figures["7_peer"] = skipped
-            say(f"figures 2, 6 and 7 skipped: {skipped['skipped']}")
+        figures.update(run_figures(wanted, args, Path(tmp), log))
+    for name in FIGURE_KEYS:
+        figures.setdefault(name, {"skipped": f"not asked for (--figures {args.figures})"})
     results["elapsed_s"] = time.monotonic() - started
     out = Path(args.out)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -463,13 +507,14 @@ def figure_2_rows(two: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     return rows
 
 
-def render(results: dict[str, Any]) -> str:
-    """The Markdown table: one row per figure, its ratio and its target."""
-    f = results["figures"]
-    m = results["machine"]
+def figure_1_rows(one: dict[str, Any], mapped: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Figure 1's rows: replay against the floor, its variants, and the mapped input (1m)."""
+    if "skipped" in one:
+        return [
+            ("1. `replay` throughput / read + orjson floor", "not run", ">= 0.35", one["skipped"]),
+            ("1m. `replay` in streameval's shape / through a mapping", "not run", "reported", one["skipped"]),
+        ]
     rows: list[tuple[str, str, str, str]] = []
-
-    one = f["1_replay"]
     processes = f"{one['workers']} processes" if one["workers"] > 1 else "one process"
     rows.append(
         (
@@ -502,7 +547,6 @@ def render(results: dict[str, Any]) -> str:
                 "",
             )
         )
-    mapped = f["1m_mapped_input"]
     rows.append(
         (
             f"1m. `replay` in streameval's shape / the same records in another shape through a mapping "
@@ -513,8 +557,17 @@ def render(results: dict[str, Any]) -> str:
             "",
         )
     )
-    rows += figure_2_rows(f["2_daemon"])
-    three = f["3_state_size"]
+    return rows
+
+
+def figure_3_4_rows(three: dict[str, Any], four: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """Figures 3 and 4: the cost per record as the state grows, and memory per open query."""
+    if "skipped" in three:
+        return [
+            ("3a. cost per record, large vs 1k open queries", "not run", "<= 1.2x", three["skipped"]),
+            ("4. memory per open query", "not run", "<= 2 KB", four["skipped"]),
+        ]
+    rows: list[tuple[str, str, str, str]] = []
     rows.append(
         (
             f"3a. cost per record, {three['large_open']:,} vs 1k open queries "
@@ -543,7 +596,6 @@ def render(results: dict[str, Any]) -> str:
             "",
         )
     )
-    four = f["4_memory"]
     rows.append(
         (
             f"4. memory per open query, 20-item lists ({four['open_queries']:,} open, RSS growth)",
@@ -552,6 +604,18 @@ def render(results: dict[str, Any]) -> str:
             verdict(four["bytes_per_open_query"] <= 2048),
         )
     )
+    return rows
+
+
+def render(results: dict[str, Any]) -> str:
+    """The Markdown table: one row per figure, its ratio and its target."""
+    f = results["figures"]
+    m = results["machine"]
+    rows: list[tuple[str, str, str, str]] = []
+
+    rows += figure_1_rows(f["1_replay"], f["1m_mapped_input"])
+    rows += figure_2_rows(f["2_daemon"])
+    rows += figure_3_4_rows(f["3_state_size"], f["4_memory"])
     five = f["5_batch_route"]
     if "skipped" in five:
         rows.append(("5. pandas + ranx batch route vs `replay`", "not run", "reported", five["skipped"]))
