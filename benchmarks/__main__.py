@@ -272,7 +272,7 @@ def state_cost(log: Any, **flags: Any) -> dict[str, Any]:
 def figures_3_4(scale: float, log: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     big = max(10_000, round(1_000_000 * scale))
     # records timed per run: at least 30,000 from --scale 0.1 up (enough for a quick look), fewer
-    # only below it (the smoke run of tests/integration/test_benchmarks.py)
+    # only below it (the smoke run of tests/test_benchmarks.py)
     measure = max(round(150_000 * scale), min(30_000, round(300_000 * scale)))
 
     def cost(**flags: Any) -> float:
