@@ -34,6 +34,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from benchmarks.steal import StealMeter
+
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "benchmarks"
 #: the figures --figures names, and those that run together
@@ -402,13 +404,15 @@ def main() -> int:
     log_path = Path(args.out) / "benchmark.log"
     results: dict[str, Any] = {"machine": machine(), "scale": args.scale, "figures": {}}
     figures = results["figures"]
-    started = time.monotonic()
+    started, meter = time.monotonic(), StealMeter()
     say(f"benchmarks: details of every step in {log_path}")
     with open(log_path, "wb") as log, tempfile.TemporaryDirectory(prefix="streameval-bench-") as tmp:
         figures.update(run_figures(wanted, args, Path(tmp), log))
     for name in FIGURE_KEYS:
         figures.setdefault(name, {"skipped": f"not asked for (--figures {args.figures})"})
     results["elapsed_s"] = time.monotonic() - started
+    # the share of CPU time a hypervisor gave to others meanwhile (None: not known here)
+    results["machine"]["steal_percent"] = meter.percent()
     out = Path(args.out)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out / "results.md").write_text(render(results))
@@ -607,6 +611,20 @@ def figure_3_4_rows(three: dict[str, Any], four: dict[str, Any]) -> list[tuple[s
     return rows
 
 
+def stolen(m: dict[str, Any], two: dict[str, Any]) -> str:
+    """How much CPU time a hypervisor took while the figures ran (and in figure 2's rounds), or
+    nothing where that is not known."""
+    whole = m.get("steal_percent")
+    if whole is None:
+        return ""
+    rounds = [f"{p:.1f}%" for p in two.get("steal_percent_by_round", ()) if p is not None]
+    in_rounds = f" (figure 2's rounds: {', '.join(rounds)})" if rounds else ""
+    return (
+        f" The hypervisor gave {whole:.1f}% of the CPU time to others meanwhile{in_rounds}: "
+        "`steal` in /proc/stat; where it is more than a few percent, ratios move between runs."
+    )
+
+
 def render(results: dict[str, Any]) -> str:
     """The Markdown table: one row per figure, its ratio and its target."""
     f = results["figures"]
@@ -677,7 +695,7 @@ def render(results: dict[str, Any]) -> str:
         "",
         f"`python -m benchmarks --scale {results['scale']:g}` on {m['date']}: {m['cores']} cores "
         f"({m['cpu']}), {m['memory_gb']} GB, Python {m['python']}; {libs}. "
-        f"Took {results['elapsed_s'] / 60:.1f} min.",
+        f"Took {results['elapsed_s'] / 60:.1f} min.{stolen(m, f['2_daemon'])}",
         "",
         "| figure | measured | target | |",
         "|---|---|---|---|",

@@ -23,6 +23,8 @@ from pathlib import Path
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient, NewTopic
 
+from benchmarks.steal import StealMeter
+
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
 
@@ -265,7 +267,9 @@ def figure_2(
         # without checkpoints: the longest interval a default broker's transactions allow (README,
         # Guarantees), so no periodic checkpoint within the backlog's run
         plain: list[float] = []
+        stolen: list[float | None] = []  # the share of CPU time the hypervisor took, per round
         for attempt in range(rounds):
+            meter = StealMeter()
             floor.append(bare_consumer(topics, n, log))
             daemon_run(run)
             line = f"figure 2: round {attempt + 1}: bare consumer {floor[-1]:.2f} s, "
@@ -289,6 +293,9 @@ def figure_2(
             alone.append(pipeline_alone(topics, n, log))
             daemon_run(plain, "7m")
             line += f", the pipeline alone {alone[-1]:.2f} s, run without checkpoints {plain[-1]:.2f} s"
+            stolen.append(meter.percent())
+            if stolen[-1] is not None:
+                line += f"; the hypervisor took {stolen[-1]:.1f}% of the CPU time"
             say(line)
         # figure 2r: the events topic re-keyed by the daemon's repartition stage (README,
         # Repartitioning): one more write and read of every event
@@ -322,6 +329,7 @@ def figure_2(
             },
             # every run, compiled or not, with or without checkpoints, counted the same
             "same_metrics": not differ and bool(seen[0]),
+            "steal_percent_by_round": stolen,
         }
         if fast:
             result["compiled_run_s"] = min(fast)

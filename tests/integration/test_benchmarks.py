@@ -22,6 +22,7 @@ def test_the_figures_on_the_broker(bootstrap, tmp_path) -> None:
     assert two["pipeline_alone_s"] > 0  # row 2p: the pipeline fed from memory
     runs = two["runs_s"]  # every variant once per round (its best is reported)
     assert len(runs["run"]) == len(runs["pipeline_alone"]) == len(runs["without_checkpoints"]) == 1
+    assert len(two["steal_percent_by_round"]) == 1  # what the hypervisor took in its round (Linux)
     assert figures["6_freshness"]["records"] > 0
     if importlib.util.find_spec("quixstreams"):  # its job printed its MAP, the same in every round
         assert figures["7_peer"]["same_output"] is True
