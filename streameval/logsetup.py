@@ -9,8 +9,9 @@ minute, and says how many it held back.
 kafka-python 3.0's network loop also logs, with a traceback, a task that was waiting to read a
 socket the client closed under it, on shutdown or when a connection is dropped: either
 ``ValueError: Invalid file descriptor: -1`` (the wait), ``AttributeError: 'NoneType' object
-has no attribute 'recv'`` (the read after the wait; the transport had set its socket to None) or
-``... attribute 'data_received'`` (the hand-over after the read; it had set its protocol to None).
+has no attribute 'recv'`` or ``'send'`` (the read or write after the wait; the transport had set
+its socket to None) or ``... attribute 'data_received'`` (the hand-over after a read; it had set
+its protocol to None).
 :func:`closed_socket_race` keeps that to one line at DEBUG.
 """
 
@@ -27,7 +28,7 @@ THROTTLE_INTERVAL_S = 60.0
 _NUMBERS = re.compile(r"0x[0-9a-fA-F]+|\d+(?:\.\d+)?")
 _CLOSED_UNDER_IT = {
     ValueError: re.compile(r"file descriptor: -1"),
-    AttributeError: re.compile(r"'NoneType' object has no attribute '(?:recv|data_received)'"),
+    AttributeError: re.compile(r"'NoneType' object has no attribute '(?:recv|send|data_received)'"),
 }
 
 

@@ -64,7 +64,8 @@ def _closed_socket_record(name: str, exc: Exception = _FD_GONE) -> logging.LogRe
     [
         _FD_GONE,  # the task waiting on the socket
         AttributeError("'NoneType' object has no attribute 'recv'"),  # the read after the wait
-        AttributeError("'NoneType' object has no attribute 'data_received'"),  # the hand-over after it
+        AttributeError("'NoneType' object has no attribute 'send'"),  # a write after the wait
+        AttributeError("'NoneType' object has no attribute 'data_received'"),  # the hand-over after a read
     ],
 )
 def test_kafka_pythons_closed_socket_traceback_becomes_one_debug_line(exc: Exception) -> None:
