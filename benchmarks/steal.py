@@ -29,14 +29,11 @@ def cpu_jiffies(stat: Path = STAT) -> tuple[int, int] | None:
 
 
 class StealMeter:
-    """The share of CPU time stolen since it was made (or last :meth:`restart`-ed)."""
+    """The share of CPU time stolen since it was made."""
 
     def __init__(self, stat: Path = STAT) -> None:
         self.stat = stat
         self.start = cpu_jiffies(stat)
-
-    def restart(self) -> None:
-        self.start = cpu_jiffies(self.stat)
 
     def percent(self) -> float | None:
         """Stolen / all CPU time since the start, in percent; None without the steal column or

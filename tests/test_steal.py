@@ -25,9 +25,8 @@ def test_the_share_stolen_since_the_meter_was_made(tmp_path: Path) -> None:
     assert meter.percent() is None  # no time counted yet
     _stat(stat, steal=80, busy=220)  # 30 stolen of 100 (30 + 70; idle unchanged)
     assert meter.percent() == 30.0
-    meter.restart()
-    _stat(stat, steal=80, busy=320)
-    assert meter.percent() == 0.0
+    _stat(stat, steal=80, busy=320)  # nothing more stolen: 30 of 200
+    assert meter.percent() == 15.0
 
 
 def test_unknown_without_the_steal_column(tmp_path: Path) -> None:
