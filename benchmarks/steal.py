@@ -2,8 +2,8 @@
 
 On a virtual machine a neighbour can take a share of the CPUs, and that share moves from one
 minute to the next. Each ratio of figure 2 compares two processes timed a minute apart, so a
-round in which the share moved is noisier than one without: each timed run keeps the share it
-saw, and the rendered table says how much was taken while the figures ran.
+round in which the share moved is noisier than one without: each round of figure 2 keeps the
+share it saw, and the rendered table says how much was taken while the figures ran.
 """
 
 from __future__ import annotations
